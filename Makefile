@@ -1,0 +1,42 @@
+# The two commands of the README's quick start:
+#   make demo    watch a bundled example training run with driftwatch's live view
+#   make check   install everything and run lint, type checks and the whole test suite
+# Both set up .venv themselves on a fresh machine (Python 3.11; root for Debian packages).
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+DEMO_DIR := $(or $(TMPDIR),/tmp)/driftwatch-demo
+PYTEST_ARGS ?=
+
+.PHONY: demo check lint test system-deps clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[tf,gpu,dev]'
+	touch $@
+
+# Debian's prometheus package brings promtool and the server the integration tests use.
+system-deps:
+	@command -v promtool >/dev/null && command -v prometheus >/dev/null || { \
+	  apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+
+demo: $(VENV)/.installed
+	@rm -rf $(DEMO_DIR) && mkdir -p $(DEMO_DIR)
+	@$(BIN)/python examples/train_keras.py --logdir $(DEMO_DIR) --epochs 60 2>$(DEMO_DIR)/train.log & \
+	  $(BIN)/driftwatch attach $$! --interval 1 --logdir $(DEMO_DIR) --findings $(DEMO_DIR)/findings.jsonl
+
+lint: $(VENV)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: $(VENV)/.installed system-deps
+	$(BIN)/pytest -n 2 $(PYTEST_ARGS)
+
+check: lint test
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,1 @@
+"""Exporters read published snapshots; they never sample."""

@@ -1,0 +1,121 @@
+"""The metrics listener: ``/metrics`` plus a small landing page, on a threaded WSGI server."""
+
+from __future__ import annotations
+
+import errno
+import html
+import ipaddress
+import socket
+import threading
+from collections.abc import Callable, Iterable
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from driftwatch import __version__
+from driftwatch.errors import ListenError, UsageError
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 19461
+"""Above the exporters' 9100-99xx range (fully allocated on Prometheus's default port
+allocations list) and outside it and Linux's ephemeral range; not on the list."""
+
+WsgiApp = Callable[..., Iterable[bytes]]
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``HOST:PORT``, ``[V6]:PORT`` or ``:PORT`` (loopback) into a host and a port."""
+    host, sep, port_text = text.rpartition(":")
+    if not sep:
+        raise UsageError(f"--listen {text!r}: expected HOST:PORT, e.g. 127.0.0.1:{DEFAULT_PORT}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise UsageError(f"--listen {text!r}: port must be a number from 0 to 65535")
+    if not host:
+        host = DEFAULT_HOST
+    elif ":" in host:
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError as err:
+            raise UsageError(f"--listen {text!r}: {host!r} is not an IPv6 address") from err
+    return host, int(port_text)
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+class _V6Server(_Server):
+    address_family = socket.AF_INET6
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        """Scrapes every few seconds would flood the terminal; stay quiet."""
+
+
+def _landing_page(metrics_app: WsgiApp, title: str) -> WsgiApp:
+    body = (
+        "<!doctype html><html><head><meta charset='utf-8'><title>driftwatch</title></head>"
+        f"<body><h1>driftwatch {html.escape(__version__)}</h1><p>{html.escape(title)}</p>"
+        "<p><a href='/metrics'>Metrics</a></p></body></html>"
+    ).encode()
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "/")
+        if path == "/metrics":
+            return metrics_app(environ, start_response)
+        if path == "/":
+            start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
+            return [body]
+        start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+        return [b"not found: see /metrics\n"]
+
+    return app
+
+
+class MetricsServer:
+    """Serves in a daemon thread; ``port`` is the bound port (useful with port 0)."""
+
+    def __init__(self, metrics_app: WsgiApp, host: str, port: int, title: str = "") -> None:
+        server_class = _V6Server if ":" in host else _Server
+        try:
+            self._server = make_server(
+                host, port, _landing_page(metrics_app, title), server_class, _QuietHandler
+            )
+        except socket.gaierror as err:
+            raise ListenError(f"cannot listen on {host}:{port}: unknown host {host!r}") from err
+        except OSError as err:
+            if err.errno == errno.EADDRINUSE:
+                raise ListenError(
+                    f"cannot listen on {host}:{port}: the port is already in use; "
+                    "pick another with --listen HOST:PORT (port 0 picks a free one)"
+                ) from err
+            if err.errno == errno.EADDRNOTAVAIL:
+                raise ListenError(
+                    f"cannot listen on {host}:{port}: no such address on this machine"
+                ) from err
+            if err.errno == errno.EACCES:
+                raise ListenError(
+                    f"cannot listen on {host}:{port}: permission denied (ports below 1024 "
+                    "need root)"
+                ) from err
+            raise ListenError(f"cannot listen on {host}:{port}: {err.strerror}") from err
+        self.host = host
+        self.port: int = self._server.server_port
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="driftwatch-metrics", daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/metrics"
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()

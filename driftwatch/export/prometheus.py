@@ -1,0 +1,127 @@
+"""Prometheus exposition: a custom collector on driftwatch's own registry.
+
+Every scrape builds fresh metric families from the latest snapshots, driven by the
+``SERIES`` table, so a run that ended and was dropped simply stops appearing.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
+from prometheus_client.exposition import make_wsgi_app
+from prometheus_client.registry import Collector
+
+from driftwatch import __version__
+from driftwatch.monitor import Snapshot
+from driftwatch.series import SERIES, Kind, Scope
+
+RUN_LABEL = "run"
+COMMAND_LABEL_LIMIT = 200
+"""Characters of the (redacted) command kept in the info metric: bounded label size."""
+
+SnapshotProvider = Callable[[], Iterable[Snapshot]]
+
+
+class DriftwatchCollector(Collector):
+    """Yields driftwatch's metric families from whatever ``snapshots()`` returns now."""
+
+    def __init__(self, snapshots: SnapshotProvider) -> None:
+        self._snapshots = snapshots
+
+    def collect(self) -> Iterator[Metric]:
+        snapshots = list(self._snapshots())
+        build = InfoMetricFamily("driftwatch_build", "driftwatch version and runtime.")
+        build.add_metric([], {"version": __version__, "python": platform.python_version()})
+        yield build
+        yield from self._series_families(snapshots)
+        yield from self._run_families(snapshots)
+
+    @staticmethod
+    def _series_families(snapshots: list[Snapshot]) -> Iterator[Metric]:
+        for series, spec in SERIES.items():
+            per_run = spec.scope is Scope.RUN
+            label_names = [RUN_LABEL, *spec.label_names] if per_run else list(spec.label_names)
+            family: GaugeMetricFamily | CounterMetricFamily
+            if spec.kind is Kind.COUNTER:
+                family = CounterMetricFamily(spec.metric, spec.help, labels=label_names)
+            else:
+                family = GaugeMetricFamily(spec.metric, spec.help, labels=label_names)
+            seen: set[tuple[str, ...]] = set()
+            for snapshot in snapshots:
+                for (name, labels), value in snapshot.values.items():
+                    if name != series:
+                        continue
+                    label_values = tuple(v for _, v in labels)
+                    if per_run:
+                        label_values = (snapshot.run, *label_values)
+                    if label_values in seen:  # node-wide series seen through several runs
+                        continue
+                    seen.add(label_values)
+                    family.add_metric(list(label_values), value)
+            if family.samples:
+                yield family
+
+    @staticmethod
+    def _run_families(snapshots: list[Snapshot]) -> Iterator[Metric]:
+        info = InfoMetricFamily(
+            "driftwatch_target", "The watched process of each run.", labels=[RUN_LABEL]
+        )
+        start = GaugeMetricFamily(
+            "driftwatch_target_start_time_seconds",
+            "Start time of the watched process since the unix epoch.",
+            labels=[RUN_LABEL],
+        )
+        last_sample = GaugeMetricFamily(
+            "driftwatch_last_sample_timestamp_seconds",
+            "When driftwatch last sampled the run.",
+            labels=[RUN_LABEL],
+        )
+        source_up = GaugeMetricFamily(
+            "driftwatch_source_up",
+            "Whether a data source works for the run (1) or was switched off (0).",
+            labels=[RUN_LABEL, "source"],
+        )
+        finding = GaugeMetricFamily(
+            "driftwatch_finding_active",
+            "1 for each kind of problem driftwatch currently reports for the run.",
+            labels=[RUN_LABEL, "kind", "severity"],
+        )
+        finding_since = GaugeMetricFamily(
+            "driftwatch_finding_since_timestamp_seconds",
+            "When each active finding's problem started.",
+            labels=[RUN_LABEL, "kind"],
+        )
+        for snapshot in snapshots:
+            run, target = snapshot.run, snapshot.target
+            info.add_metric(
+                [run],
+                {
+                    "pid": str(target.pid),
+                    "command": " ".join(target.command)[:COMMAND_LABEL_LIMIT],
+                    "user": target.username,
+                },
+            )
+            start.add_metric([run], target.create_time)
+            last_sample.add_metric([run], snapshot.t)
+            for status in snapshot.sources:
+                source_up.add_metric([run, status.name], 1.0 if status.up else 0.0)
+            for item in snapshot.findings:
+                finding.add_metric([run, item.kind, item.severity.value], 1.0)
+                finding_since.add_metric([run, item.kind], item.since)
+        yield from (info, start, last_sample, source_up, finding, finding_since)
+
+
+def metrics_app(snapshots: SnapshotProvider) -> Callable[..., Any]:
+    """A WSGI app serving the exposition of a fresh registry holding only our collector."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(DriftwatchCollector(snapshots))
+    return make_wsgi_app(registry)

@@ -1,0 +1,161 @@
+"""One watched run: sources feed the store, detectors read it, exporters read the snapshot.
+
+The sampler thread is the only writer. After each tick it publishes an immutable
+``Snapshot``; exporters and views read the latest one with a single attribute load, so
+scrapes never block sampling and need no locks.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from driftwatch.detect import Detector
+from driftwatch.errors import SourceUnavailable, TargetGone
+from driftwatch.findings import Finding
+from driftwatch.series import SERIES, Export, SeriesKey
+from driftwatch.sources import Source
+from driftwatch.store import Store
+from driftwatch.target import TargetInfo
+
+log = logging.getLogger(__name__)
+
+RECENT_WINDOW = 50
+"""Samples behind a ``RECENT_MEDIAN`` export: long enough to ignore one slow step."""
+
+
+@dataclass(frozen=True, slots=True)
+class SourceStatus:
+    name: str
+    up: bool
+    reason: str = ""  # why it is down
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What the run looked like after one tick: everything an exporter or view may read."""
+
+    run: str
+    target: TargetInfo
+    t: float
+    ticks: int
+    values: dict[SeriesKey, float] = field(default_factory=dict)
+    sources: tuple[SourceStatus, ...] = ()
+    findings: tuple[Finding, ...] = ()
+
+
+class Monitor:
+    """Samples one target; ``tick()`` raises ``TargetGone`` once it is gone."""
+
+    def __init__(
+        self,
+        run: str,
+        target: TargetInfo,
+        sources: Sequence[Source],
+        detectors: Sequence[Detector] = (),
+        store: Store | None = None,
+        clock: Callable[[], float] = time.time,
+        on_finding: Callable[[Finding], None] = lambda finding: None,
+    ) -> None:
+        self.run = run
+        self.target = target
+        self.store = store if store is not None else Store()
+        self._sources = list(sources)
+        self._down: dict[str, str] = {}
+        self._detectors = list(detectors)
+        self._clock = clock
+        self._on_finding = on_finding
+        self.reported: dict[str, Finding] = {}
+        """Each kind's first finding in this run, in order; kept after it stops holding."""
+        self._ticks = 0
+        self.snapshot = Snapshot(run, target, clock(), 0)
+
+    def tick(self) -> Snapshot:
+        now = self._clock()
+        for source in self._sources:
+            if source.name in self._down:
+                continue
+            try:
+                self.store.extend(source.sample(now))
+            except TargetGone:
+                raise
+            except SourceUnavailable as err:
+                self._disable(source, str(err))
+            except Exception as err:  # noqa: BLE001 - a bug in one source must not end monitoring
+                log.exception("source %s failed", source.name)
+                self._disable(source, f"internal error: {err!r}")
+        findings = [finding for d in self._detectors for finding in d.update(self.store, now)]
+        for finding in findings:
+            if finding.kind not in self.reported:
+                self.reported[finding.kind] = finding
+                self._on_finding(finding)
+        self._ticks += 1
+        self.snapshot = Snapshot(
+            self.run,
+            self.target,
+            now,
+            self._ticks,
+            self._exported_values(),
+            tuple(SourceStatus(s.name, s.name not in self._down, self._down.get(s.name, ""))
+                  for s in self._sources),
+            tuple(findings),
+        )
+        return self.snapshot
+
+    def _disable(self, source: Source, reason: str) -> None:
+        self._down[source.name] = reason
+        log.warning("%s source disabled: %s", source.name, reason)
+        source.close()
+
+    def _exported_values(self) -> dict[SeriesKey, float]:
+        values: dict[SeriesKey, float] = {}
+        for key, history in self.store:
+            spec = SERIES.get(key[0])
+            if spec is None:
+                continue
+            if spec.export is Export.RECENT_MEDIAN:
+                value = history.recent_median(RECENT_WINDOW)
+            else:
+                latest = history.latest()
+                value = latest[1] if latest else math.nan
+            if math.isfinite(value):
+                values[key] = value
+        return values
+
+    def close(self) -> None:
+        for source in self._sources:
+            if source.name not in self._down:
+                source.close()
+
+
+def watch(
+    monitor: Monitor,
+    interval: float,
+    stop: threading.Event,
+    on_tick: Callable[[Snapshot], None] = lambda snapshot: None,
+) -> str | None:
+    """Tick every ``interval`` seconds until the target is gone or ``stop`` is set.
+
+    Returns why monitoring ended when the target went away, ``None`` when stopped.
+    Deadlines are kept on the monotonic clock, so a slow tick does not shift later ones.
+    """
+    deadline = time.monotonic()
+    try:
+        while not stop.is_set():
+            try:
+                on_tick(monitor.tick())
+            except TargetGone as gone:
+                return str(gone)
+            deadline += interval
+            delay = deadline - time.monotonic()
+            if delay < 0:  # fell behind (suspended laptop, overloaded host): start afresh
+                deadline = time.monotonic()
+                delay = 0
+            stop.wait(delay)
+        return None
+    finally:
+        monitor.close()

@@ -1,0 +1,143 @@
+"""The series driftwatch knows: one table drives sampling, storage, export and the samples file.
+
+A ``Sample`` names its series by the table's key (``rss_bytes``, ``step_seconds``, ...), the
+same names a recorded samples file and ``driftwatch analyze`` use. The exporter derives every
+Prometheus metric from this table; adding a signal means adding a row here and a source that
+emits it.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+Labels = tuple[tuple[str, str], ...]
+"""Extra identity of a series beyond the run, e.g. ``(("gpu", "0"),)``; sorted by name."""
+
+
+class Kind(enum.Enum):
+    GAUGE = "gauge"
+    COUNTER = "counter"
+
+
+class Scope(enum.Enum):
+    """Whether a series belongs to the watched run or to the node (e.g. a whole GPU)."""
+
+    RUN = "run"
+    NODE = "node"
+
+
+class Export(enum.Enum):
+    """Which value of a series the exporter shows."""
+
+    LAST = "last"
+    RECENT_MEDIAN = "recent_median"  # noisy per-event values: the median of the recent window
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesSpec:
+    metric: str
+    help: str
+    kind: Kind = Kind.GAUGE
+    scope: Scope = Scope.RUN
+    export: Export = Export.LAST
+    label_names: tuple[str, ...] = ()
+
+
+SERIES: dict[str, SeriesSpec] = {
+    # process (psutil)
+    "rss_bytes": SeriesSpec(
+        "driftwatch_process_resident_memory_bytes", "Resident set size of the target."
+    ),
+    "cpu_seconds": SeriesSpec(
+        "driftwatch_process_cpu_seconds_total",
+        "User and system CPU time of the target.",
+        Kind.COUNTER,
+    ),
+    "threads": SeriesSpec("driftwatch_process_threads", "Threads in the target."),
+    "open_fds": SeriesSpec("driftwatch_process_open_fds", "Open file descriptors of the target."),
+    "read_bytes": SeriesSpec(
+        "driftwatch_process_read_bytes_total",
+        "Bytes the target caused to be read from storage.",
+        Kind.COUNTER,
+    ),
+    "write_bytes": SeriesSpec(
+        "driftwatch_process_write_bytes_total",
+        "Bytes the target caused to be written to storage.",
+        Kind.COUNTER,
+    ),
+    "read_syscall_bytes": SeriesSpec(
+        "driftwatch_process_read_syscall_bytes_total",
+        "Bytes the target passed through read-like system calls (files, sockets, pipes).",
+        Kind.COUNTER,
+    ),
+    "write_syscall_bytes": SeriesSpec(
+        "driftwatch_process_write_syscall_bytes_total",
+        "Bytes the target passed through write-like system calls (files, sockets, pipes).",
+        Kind.COUNTER,
+    ),
+    "nondisk_write_bytes": SeriesSpec(
+        "driftwatch_process_nondisk_write_bytes",
+        "Bytes written by the target that did not go to local storage (uploads, pipes): "
+        "write-syscall bytes minus storage write bytes.",
+    ),
+    # NVML
+    "gpu_process_memory_bytes": SeriesSpec(
+        "driftwatch_gpu_process_memory_bytes",
+        "GPU memory used by the target, per GPU.",
+        label_names=("gpu",),
+    ),
+    "gpu_memory_used_bytes": SeriesSpec(
+        "driftwatch_gpu_memory_used_bytes",
+        "GPU memory used on the device by all processes.",
+        scope=Scope.NODE,
+        label_names=("gpu",),
+    ),
+    "gpu_memory_total_bytes": SeriesSpec(
+        "driftwatch_gpu_memory_total_bytes",
+        "Total memory of the GPU.",
+        scope=Scope.NODE,
+        label_names=("gpu",),
+    ),
+    # TensorBoard event files
+    "event_files": SeriesSpec("driftwatch_event_files", "TensorBoard event files of the run."),
+    "event_file_bytes": SeriesSpec(
+        "driftwatch_event_file_bytes", "Total size of the run's TensorBoard event files."
+    ),
+    "event_file_largest_bytes": SeriesSpec(
+        "driftwatch_event_file_largest_bytes",
+        "Size of the run's largest single TensorBoard event file.",
+    ),
+    "train_step": SeriesSpec("driftwatch_train_step", "Latest training step seen."),
+    "step_timestamp": SeriesSpec(
+        "driftwatch_last_step_timestamp_seconds",
+        "Wall-clock time at which the latest training step was logged.",
+    ),
+    "step_seconds": SeriesSpec(
+        "driftwatch_step_duration_seconds",
+        "Median wall-clock time per training step over the recent window.",
+        export=Export.RECENT_MEDIAN,
+    ),
+    "nonfinite_total": SeriesSpec(
+        "driftwatch_nonfinite_values_total",
+        "Non-finite (NaN or infinite) scalar values seen in the run's logs.",
+        Kind.COUNTER,
+    ),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One observation of one series at a wall-clock time (unix seconds)."""
+
+    series: str
+    value: float
+    t: float
+    labels: Labels = ()
+
+
+SeriesKey = tuple[str, Labels]
+
+
+def key_of(sample: Sample) -> SeriesKey:
+    return (sample.series, sample.labels)

@@ -1,0 +1,181 @@
+"""Bounded, multi-resolution history per series.
+
+Each series keeps its most recent raw samples and, for the long view, downsampled tiers
+(10 s, 1 min, 10 min buckets with count, mean, min, max and last). Every part is a ring of
+flat ``array('d')`` columns with a fixed capacity, so memory stays constant however long
+the run, with no Python object per sample once a ring is full.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from array import array
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from driftwatch.series import Sample, SeriesKey, key_of
+
+
+class Ring:
+    """Rows of floats in fixed-capacity columns; the oldest row is overwritten when full."""
+
+    __slots__ = ("_columns", "_next", "capacity")
+
+    def __init__(self, capacity: int, width: int) -> None:
+        if capacity < 1:
+            raise ValueError("capacity must be at least 1")
+        self.capacity = capacity
+        self._columns = [array("d") for _ in range(width)]
+        self._next = 0  # where the next row goes once the ring is full
+
+    def __len__(self) -> int:
+        return len(self._columns[0])
+
+    def append(self, *row: float) -> None:
+        if len(self) < self.capacity:
+            for column, value in zip(self._columns, row, strict=True):
+                column.append(value)
+            return
+        for column, value in zip(self._columns, row, strict=True):
+            column[self._next] = value
+        self._next = (self._next + 1) % self.capacity
+
+    def column(self, index: int) -> list[float]:
+        """One column, oldest first."""
+        column = self._columns[index]
+        return column[self._next :].tolist() + column[: self._next].tolist()
+
+    def last(self, count: int, index: int) -> list[float]:
+        """The newest ``count`` values of one column, oldest first."""
+        size = len(self)
+        count = min(count, size)
+        column = self._columns[index]
+        end = self._next if size == self.capacity else size
+        start = end - count
+        if start >= 0:
+            return column[start:end].tolist()
+        return column[start:].tolist() + column[:end].tolist()
+
+
+@dataclass(frozen=True, slots=True)
+class TierSpec:
+    width_seconds: float
+    capacity: int
+
+
+DEFAULT_TIERS = (
+    TierSpec(10.0, 360),  # one hour at 10 s
+    TierSpec(60.0, 1440),  # one day at 1 min
+    TierSpec(600.0, 4320),  # thirty days at 10 min
+)
+
+BUCKET_COLUMNS = ("start", "count", "mean", "min", "max", "last")
+
+
+class Tier:
+    """Fixed-width time buckets; non-finite values are counted only in ``last``."""
+
+    __slots__ = ("_count", "_last", "_max", "_min", "_start", "_sum", "rows", "width")
+
+    def __init__(self, spec: TierSpec) -> None:
+        self.width = spec.width_seconds
+        self.rows = Ring(spec.capacity, len(BUCKET_COLUMNS))
+        self._start = math.nan
+        self._count = 0
+        self._sum = 0.0
+        self._min = math.inf
+        self._max = -math.inf
+        self._last = math.nan
+
+    def add(self, t: float, value: float) -> None:
+        start = math.floor(t / self.width) * self.width
+        # A sample older than the open bucket (clock stepped back) folds into the open bucket.
+        if start > self._start or math.isnan(self._start):
+            self.flush()
+            self._start = start
+        self._last = value
+        if math.isfinite(value):
+            self._count += 1
+            self._sum += value
+            self._min = min(self._min, value)
+            self._max = max(self._max, value)
+
+    def flush(self) -> None:
+        """Close the open bucket, if it holds anything."""
+        if math.isnan(self._start):
+            return
+        if self._count:
+            mean = self._sum / self._count
+            self.rows.append(self._start, self._count, mean, self._min, self._max, self._last)
+        else:
+            self.rows.append(self._start, 0, math.nan, math.nan, math.nan, self._last)
+        self._start = math.nan
+        self._count = 0
+        self._sum = 0.0
+        self._min = math.inf
+        self._max = -math.inf
+
+
+class SeriesHistory:
+    """The bounded history of one series, with whole-run first value, peak and count."""
+
+    __slots__ = ("count", "first", "peak", "raw", "tiers")
+
+    def __init__(self, raw_capacity: int, tiers: Iterable[TierSpec]) -> None:
+        self.raw = Ring(raw_capacity, 2)  # columns: t, value
+        self.tiers = [Tier(spec) for spec in tiers]
+        self.first: tuple[float, float] | None = None
+        self.peak = -math.inf
+        self.count = 0
+
+    def add(self, t: float, value: float) -> None:
+        if self.first is None:
+            self.first = (t, value)
+        if value > self.peak:  # False for NaN
+            self.peak = value
+        self.count += 1
+        self.raw.append(t, value)
+        for tier in self.tiers:
+            tier.add(t, value)
+
+    def latest(self) -> tuple[float, float] | None:
+        if not len(self.raw):
+            return None
+        (t,) = self.raw.last(1, 0)
+        (value,) = self.raw.last(1, 1)
+        return t, value
+
+    def recent_values(self, count: int) -> list[float]:
+        return self.raw.last(count, 1)
+
+    def recent_median(self, count: int) -> float:
+        """Median of the newest ``count`` finite values; NaN when there are none."""
+        finite = [v for v in self.recent_values(count) if math.isfinite(v)]
+        return statistics.median(finite) if finite else math.nan
+
+
+class Store:
+    """Histories keyed by ``(series, labels)``. Written by one thread (the sampler) only."""
+
+    def __init__(self, raw_capacity: int = 2048, tiers: Iterable[TierSpec] = DEFAULT_TIERS):
+        self._raw_capacity = raw_capacity
+        self._tiers = tuple(tiers)
+        self._histories: dict[SeriesKey, SeriesHistory] = {}
+
+    def add(self, sample: Sample) -> None:
+        key = key_of(sample)
+        history = self._histories.get(key)
+        if history is None:
+            history = self._histories[key] = SeriesHistory(self._raw_capacity, self._tiers)
+        history.add(sample.t, sample.value)
+
+    def extend(self, samples: Iterable[Sample]) -> None:
+        for sample in samples:
+            self.add(sample)
+
+    def get(self, key: SeriesKey) -> SeriesHistory | None:
+        return self._histories.get(key)
+
+    def __iter__(self) -> Iterator[tuple[SeriesKey, SeriesHistory]]:
+        return iter(list(self._histories.items()))

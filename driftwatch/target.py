@@ -1,0 +1,135 @@
+"""The watched process, identified by ``(pid, create_time)`` so that PID reuse is detected."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import psutil
+
+from driftwatch.errors import TargetAccessDenied, TargetGone, TargetZombie
+
+_SECRET_FLAG = re.compile(
+    r"^(-{1,2}[\w.-]*(?:pass(?:word|wd)?|secret|token|api[_-]?key|credential)[\w.-]*)(=|$)",
+    re.IGNORECASE,
+)
+
+
+def redact_command(argv: list[str]) -> list[str]:
+    """The command line with values of secret-looking flags replaced by ``***``.
+
+    Handles both ``--password=x`` and ``--password x`` forms.
+    """
+    redacted: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            redacted.append("***")
+            hide_next = False
+            continue
+        match = _SECRET_FLAG.match(arg)
+        if match and match.group(2) == "=":
+            redacted.append(f"{match.group(1)}=***")
+        elif match:
+            redacted.append(arg)
+            hide_next = True
+        else:
+            redacted.append(arg)
+    return redacted
+
+
+def default_run_name(argv: list[str], process_name: str) -> str:
+    """A short, stable name for the run: the training script's name, else the program's."""
+    for arg in argv[1:]:
+        if arg.endswith(".py"):
+            return os.path.splitext(os.path.basename(arg))[0]
+    if len(argv) >= 3 and argv[1] == "-m":
+        return argv[2].rsplit(".", 1)[-1]
+    return process_name
+
+
+@contextmanager
+def translate_psutil(pid: int, what: str) -> Iterator[None]:
+    """Turn psutil's exceptions about ``pid`` into driftwatch's."""
+    try:
+        yield
+    except psutil.ZombieProcess as err:
+        raise TargetZombie(
+            pid, f"process {pid} has exited (zombie: its parent has not reaped it yet)"
+        ) from err
+    except psutil.NoSuchProcess as err:
+        raise TargetGone(pid, f"process {pid} has exited") from err
+    except psutil.AccessDenied as err:
+        raise TargetAccessDenied(pid, what) from err
+
+
+@dataclass(frozen=True, slots=True)
+class TargetInfo:
+    pid: int
+    create_time: float
+    name: str
+    command: tuple[str, ...]  # redacted
+    username: str
+
+
+class Target:
+    """A live process that driftwatch may read.
+
+    Build one with ``Target.attach(pid)``: it checks the process exists, is not a zombie, and
+    that driftwatch may read what the sources need, so those problems surface before
+    monitoring starts instead of as a silent gap later.
+    """
+
+    def __init__(self, process: psutil.Process, info: TargetInfo) -> None:
+        self.process = process
+        self.info = info
+
+    @property
+    def pid(self) -> int:
+        return self.info.pid
+
+    @classmethod
+    def attach(cls, pid: int) -> Target:
+        if pid <= 0:
+            raise TargetGone(pid, f"no process with PID {pid}")
+        try:
+            process = psutil.Process(pid)
+        except psutil.NoSuchProcess as err:
+            raise TargetGone(pid, f"no process with PID {pid}") from err
+        with translate_psutil(pid, "the process status"):
+            if process.status() == psutil.STATUS_ZOMBIE:
+                raise TargetZombie(
+                    pid, f"process {pid} has exited (zombie: its parent has not reaped it yet)"
+                )
+            with process.oneshot():
+                name = process.name()
+                create_time = process.create_time()
+                username = process.username()
+        with translate_psutil(pid, "the command line"):
+            argv = process.cmdline()
+        # What the process and event-file sources need; unreadable only for another user's
+        # process without privileges, where failing now with the hint beats empty graphs.
+        with translate_psutil(pid, "the I/O counters (/proc/PID/io)"):
+            process.io_counters()
+        with translate_psutil(pid, "the open files (/proc/PID/fd)"):
+            process.open_files()
+        info = TargetInfo(pid, create_time, name, tuple(redact_command(argv)), username)
+        return cls(process, info)
+
+    def check_alive(self) -> None:
+        """Raise ``TargetGone`` if the process exited, became a zombie, or its PID was reused."""
+        with translate_psutil(self.pid, "the process status"):
+            if not self.process.is_running():
+                reused = psutil.pid_exists(self.pid)
+                detail = " (its PID now belongs to another process)" if reused else ""
+                raise TargetGone(self.pid, f"process {self.pid} has exited{detail}")
+            if self.process.status() == psutil.STATUS_ZOMBIE:
+                raise TargetZombie(self.pid, f"process {self.pid} has exited")
+
+    def open_paths(self) -> list[str]:
+        """Paths of the regular files the process has open."""
+        with translate_psutil(self.pid, "the open files (/proc/PID/fd)"):
+            return [f.path for f in self.process.open_files()]

@@ -1,0 +1,177 @@
+"""What a person sees: the live terminal view, the plain progress line, the final summary."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable
+
+from rich.table import Table
+
+from driftwatch.findings import Finding, Severity
+from driftwatch.monitor import Snapshot
+from driftwatch.series import Labels
+from driftwatch.store import SeriesHistory, Store
+
+RATE_WINDOW_SECONDS = 300.0
+SEVERITY_STYLE = {Severity.INFO: "cyan", Severity.WARNING: "yellow", Severity.CRITICAL: "bold red"}
+
+
+def human_bytes(value: float) -> str:
+    if not math.isfinite(value):
+        return "-"
+    sign = "-" if value < 0 else ""
+    value = abs(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{sign}{value:.0f} {unit}" if unit == "B" else f"{sign}{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def human_seconds(value: float) -> str:
+    if not math.isfinite(value):
+        return "-"
+    if value < 1:
+        return f"{value * 1000:.1f} ms"
+    if value < 120:
+        return f"{value:.1f} s"
+    if value < 7200:
+        return f"{value / 60:.1f} min"
+    return f"{value / 3600:.1f} h"
+
+
+def rate_per_second(history: SeriesHistory | None, window: float = RATE_WINDOW_SECONDS) -> float:
+    """Growth per second over the newest ``window`` seconds of raw samples; NaN if unknown."""
+    if history is None:
+        return math.nan
+    times = history.raw.last(512, 0)
+    values = history.raw.last(512, 1)
+    if len(times) < 2:
+        return math.nan
+    start = next(i for i, t in enumerate(times) if t >= times[-1] - window)
+    start = min(start, len(times) - 2)
+    elapsed = times[-1] - times[start]
+    return (values[-1] - values[start]) / elapsed if elapsed > 0 else math.nan
+
+
+class _Reader:
+    """Named access to one snapshot's values and the store's histories."""
+
+    def __init__(self, snapshot: Snapshot, store: Store) -> None:
+        self.snapshot = snapshot
+        self.store = store
+
+    def value(self, series: str, labels: Labels = ()) -> float:
+        return self.snapshot.values.get((series, labels), math.nan)
+
+    def history(self, series: str, labels: Labels = ()) -> SeriesHistory | None:
+        return self.store.get((series, labels))
+
+    def gpu_labels(self) -> list[Labels]:
+        return sorted(
+            labels for name, labels in self.snapshot.values if name == "gpu_process_memory_bytes"
+        )
+
+
+def signal_rows(snapshot: Snapshot, store: Store) -> list[tuple[str, str]]:
+    """(signal, reading) pairs shown by both the live view and the plain line."""
+    r = _Reader(snapshot, store)
+    rss_rate = rate_per_second(r.history("rss_bytes")) * 3600
+    cpu = rate_per_second(r.history("cpu_seconds"), window=30.0) * 100
+    rows = [
+        ("RSS", f"{human_bytes(r.value('rss_bytes'))} ({human_bytes(rss_rate)}/h)"),
+        ("CPU", f"{cpu:.0f}%" if math.isfinite(cpu) else "-"),
+        ("threads / fds", f"{r.value('threads'):.0f} / {r.value('open_fds'):.0f}"),
+    ]
+    for labels in r.gpu_labels():
+        gpu = dict(labels)["gpu"]
+        used = r.value("gpu_process_memory_bytes", labels)
+        total = r.value("gpu_memory_total_bytes", labels)
+        rows.append((f"GPU {gpu} memory", f"{human_bytes(used)} of {human_bytes(total)}"))
+    files = r.value("event_files")
+    if math.isfinite(files):
+        growth = rate_per_second(r.history("event_file_bytes")) * 3600
+        rows.append(
+            (
+                "event files",
+                f"{files:.0f} files, {human_bytes(r.value('event_file_bytes'))} "
+                f"({human_bytes(growth)}/h), largest "
+                f"{human_bytes(r.value('event_file_largest_bytes'))}",
+            )
+        )
+    step_seconds = r.value("step_seconds")
+    if math.isfinite(r.value("train_step")):
+        rate = 1 / step_seconds if step_seconds > 0 else math.nan
+        rows.append(
+            (
+                "step",
+                f"{r.value('train_step'):.0f}, {human_seconds(step_seconds)}/step "
+                f"({rate:.1f} steps/s)",
+            )
+        )
+    nonfinite = r.value("nonfinite_total")
+    if math.isfinite(nonfinite) and nonfinite > 0:
+        rows.append(("non-finite values", f"{nonfinite:.0f}"))
+    for status in snapshot.sources:
+        if not status.up:
+            rows.append((f"{status.name} source", f"off: {status.reason}"))
+    return rows
+
+
+def live_table(snapshot: Snapshot, store: Store, listen_url: str | None) -> Table:
+    target = snapshot.target
+    title = f"driftwatch · {snapshot.run} · pid {target.pid}"
+    caption = f"metrics: {listen_url}" if listen_url else None
+    table = Table(title=title, caption=caption, show_header=False, expand=False)
+    table.add_column("signal", style="bold")
+    table.add_column("reading")
+    for name, reading in signal_rows(snapshot, store):
+        table.add_row(name, reading)
+    for finding in snapshot.findings:
+        table.add_row(
+            f"[{SEVERITY_STYLE[finding.severity]}]{finding.severity.value}[/]", finding.message
+        )
+    return table
+
+
+def plain_line(snapshot: Snapshot, store: Store) -> str:
+    """One line per tick, for logs and terminals that are not interactive."""
+    stamp = time.strftime("%H:%M:%S", time.localtime(snapshot.t))
+    readings = "; ".join(f"{name}: {reading}" for name, reading in signal_rows(snapshot, store))
+    return f"{stamp} {snapshot.run}: {readings}"
+
+
+def summary(
+    snapshot: Snapshot, store: Store, findings: Iterable[Finding], reason: str, started: float
+) -> str:
+    """The report printed when monitoring ends; ``findings``: every kind reported in the run."""
+    r = _Reader(snapshot, store)
+    lines = [
+        f"driftwatch: monitoring of {snapshot.run} (pid {snapshot.target.pid}) stopped: {reason}",
+        f"  watched for {human_seconds(snapshot.t - started)}, {snapshot.ticks} samples",
+    ]
+    rss = r.history("rss_bytes")
+    if rss is not None and rss.first is not None:
+        lines.append(
+            f"  RSS: {human_bytes(rss.first[1])} at start, peak {human_bytes(rss.peak)}, "
+            f"{human_bytes(r.value('rss_bytes'))} at the end"
+        )
+    events = r.history("event_file_bytes")
+    if events is not None and events.first is not None:
+        lines.append(
+            f"  event files: {human_bytes(events.first[1])} -> "
+            f"{human_bytes(r.value('event_file_bytes'))} in {r.value('event_files'):.0f} file(s)"
+        )
+    if math.isfinite(r.value("train_step")):
+        lines.append(
+            f"  steps: last step {r.value('train_step'):.0f}, "
+            f"recent median {human_seconds(r.value('step_seconds'))}/step"
+        )
+    findings = list(findings)
+    if findings:
+        lines.append("  findings:")
+        lines.extend(f"    [{f.severity.value}] {f.kind}: {f.message}" for f in findings)
+    else:
+        lines.append("  findings: none")
+    return "\n".join(lines)

@@ -1,0 +1,104 @@
+"""Shared fixtures: real child processes, the CLI as a subprocess, promtool."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+TF_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"}
+
+
+def wait_for(predicate: object, timeout: float, what: str, poll: float = 0.05) -> None:
+    """Poll ``predicate()`` until true; fail the test with ``what`` after ``timeout`` seconds."""
+    assert callable(predicate)
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(poll)
+
+
+def run_cli(*args: str, timeout: float = 60, **kwargs: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "driftwatch", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        **kwargs,  # type: ignore[call-overload]
+    )
+
+
+def unused_pid() -> int:
+    pid = 4_000_000
+    while psutil.pid_exists(pid):
+        pid -= 1
+    return pid
+
+
+@pytest.fixture
+def sleeper() -> Iterator[subprocess.Popen[bytes]]:
+    """A real child process that just sleeps; killed and reaped afterwards."""
+    child = subprocess.Popen(["sleep", "300"])
+    yield child
+    child.kill()
+    child.wait()
+
+
+@pytest.fixture
+def zombie() -> Iterator[subprocess.Popen[bytes]]:
+    """A child that has exited but that we have not reaped yet."""
+    child = subprocess.Popen(["true"])
+    wait_for(
+        lambda: psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE, 10, "a zombie child"
+    )
+    yield child
+    child.wait()
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    """A loopback port with a listener on it."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        yield listener.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def promtool() -> str:
+    """Path of promtool; installs Debian's prometheus package when missing (needs root)."""
+    path = shutil.which("promtool")
+    if path is None and os.geteuid() == 0:
+        subprocess.run(["apt-get", "update", "-qq"], check=True)
+        subprocess.run(
+            ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "prometheus"],
+            check=True,
+            env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+        )
+        path = shutil.which("promtool")
+    if path is None:
+        pytest.fail("promtool is missing and cannot be installed: apt-get install prometheus")
+    return path
+
+
+def promtool_check_metrics(promtool: str, exposition: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [promtool, "check", "metrics"],
+        input=exposition,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )

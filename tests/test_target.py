@@ -1,0 +1,135 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from driftwatch.errors import TargetAccessDenied, TargetGone, TargetZombie
+from driftwatch.target import Target, default_run_name, redact_command
+from tests.conftest import unused_pid
+
+
+def test_attach_reads_identity_of_a_live_process(sleeper: subprocess.Popen[bytes]) -> None:
+    target = Target.attach(sleeper.pid)
+    assert target.pid == sleeper.pid
+    assert target.info.command == ("sleep", "300")
+    assert target.info.create_time > 0
+    target.check_alive()
+
+
+def test_attach_to_a_missing_pid_says_so() -> None:
+    pid = unused_pid()
+    with pytest.raises(TargetGone, match=f"no process with PID {pid}"):
+        Target.attach(pid)
+
+
+@pytest.mark.parametrize("pid", [0, -5])
+def test_attach_rejects_nonpositive_pids(pid: int) -> None:
+    with pytest.raises(TargetGone):
+        Target.attach(pid)
+
+
+def test_attach_to_a_zombie_says_it_has_exited(zombie: subprocess.Popen[bytes]) -> None:
+    with pytest.raises(TargetZombie, match="zombie"):
+        Target.attach(zombie.pid)
+
+
+def test_a_target_that_exits_is_gone(sleeper: subprocess.Popen[bytes]) -> None:
+    target = Target.attach(sleeper.pid)
+    sleeper.kill()
+    sleeper.wait()
+    with pytest.raises(TargetGone, match="has exited"):
+        target.check_alive()
+
+
+def test_a_killed_unreaped_target_is_a_zombie(sleeper: subprocess.Popen[bytes]) -> None:
+    target = Target.attach(sleeper.pid)
+    sleeper.kill()
+    with pytest.raises(TargetGone):  # zombie or gone, depending on when the kernel gets there
+        for _ in range(1000):
+            target.check_alive()
+
+
+def _spawn_with_pid(pid: int) -> subprocess.Popen[bytes]:
+    """Start ``sleep`` with a chosen PID by setting the kernel's last PID (root only)."""
+    for _ in range(50):
+        try:
+            with open("/proc/sys/kernel/ns_last_pid", "w") as last_pid:
+                last_pid.write(str(pid - 1))
+        except OSError as err:
+            pytest.skip(f"cannot choose PIDs here ({err.strerror}): needs root and /proc/sys")
+        child = subprocess.Popen(["sleep", "300"])
+        if child.pid == pid:
+            return child
+        child.kill()
+        child.wait()
+    pytest.fail(f"could not get PID {pid} back after 50 tries")
+
+
+def test_pid_reuse_is_detected(sleeper: subprocess.Popen[bytes]) -> None:
+    target = Target.attach(sleeper.pid)
+    sleeper.kill()
+    sleeper.wait()
+    time.sleep(0.05)  # start times have 10 ms resolution: make the impostor's differ
+    impostor = _spawn_with_pid(target.pid)
+    try:
+        with pytest.raises(TargetGone, match="PID now belongs to another process"):
+            target.check_alive()
+    finally:
+        impostor.kill()
+        impostor.wait()
+
+
+def test_another_users_process_without_privileges_is_access_denied() -> None:
+    """Run as root without CAP_SYS_PTRACE against a process of user nobody."""
+    victim = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                               "sleep", "300"])
+    try:
+        probe = subprocess.run(
+            ["setpriv", "--bounding-set=-sys_ptrace", "--inh-caps=-sys_ptrace",
+             sys.executable, "-c",
+             "import sys\n"
+             "from driftwatch.errors import TargetAccessDenied\n"
+             "from driftwatch.target import Target\n"
+             "try:\n"
+             f"    Target.attach({victim.pid})\n"
+             "except TargetAccessDenied as err:\n"
+             "    print(err); sys.exit(3)\n"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )
+    finally:
+        victim.kill()
+        victim.wait()
+    assert probe.returncode == 3, probe.stderr
+    assert "permission denied" in probe.stdout
+    assert "sudo" in probe.stdout
+    assert "SYS_PTRACE" in probe.stdout
+    assert TargetAccessDenied(1, "x").pid == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["python", "train.py", "--password=hunter2"], ["python", "train.py", "--password=***"]),
+        (["python", "train.py", "--api-key", "abc", "--lr", "0.1"],
+         ["python", "train.py", "--api-key", "***", "--lr", "0.1"]),
+        (["run", "--WANDB_TOKEN=x", "--tokens=5"], ["run", "--WANDB_TOKEN=***", "--tokens=***"]),
+        (["python", "train.py", "--epochs", "3"], ["python", "train.py", "--epochs", "3"]),
+    ],
+)
+def test_redact_command_hides_secret_flag_values(argv: list[str], expected: list[str]) -> None:
+    assert redact_command(argv) == expected
+
+
+@pytest.mark.parametrize(
+    ("argv", "name"),
+    [
+        (["/usr/bin/python3", "-u", "/jobs/train_resnet.py", "--lr", "1"], "train_resnet"),
+        (["python", "-m", "trainer.task"], "task"),
+        (["/opt/bin/trainer"], "trainer-bin"),
+    ],
+)
+def test_default_run_name(argv: list[str], name: str) -> None:
+    assert default_run_name(argv, "trainer-bin") == name
