@@ -14,7 +14,6 @@ from pathlib import Path
 from types import FrameType
 from typing import Annotated, TextIO
 
-import click
 import typer
 from rich.console import Console
 from rich.live import Live
@@ -150,8 +149,9 @@ def attach(
             metrics_app(lambda: [monitor.snapshot]), host, port, f"watching {run_name}"
         )
         stack.callback(server.close)
-        print(f"driftwatch: watching {run_name} (pid {pid}); metrics at {server.url}",
-              file=sys.stderr)
+        print(
+            f"driftwatch: watching {run_name} (pid {pid}); metrics at {server.url}", file=sys.stderr
+        )
         received = stack.enter_context(_stop_on_signals(stop))
         started = time.time()
         if console.is_terminal:
@@ -183,12 +183,13 @@ def main() -> None:
     """Entry point: every expected error is one line on stderr and a non-zero exit."""
     logging.basicConfig(format="driftwatch: %(message)s", level=logging.WARNING)
     try:
-        code = app(standalone_mode=False)
-    except click.UsageError as err:
-        hint = f" (see {err.ctx.command_path} --help)" if err.ctx else ""
+        code = app(prog_name="driftwatch", standalone_mode=False)
+    except typer.TyperException as err:  # bad flags and arguments, found by the parser
+        ctx = getattr(err, "ctx", None)
+        hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
         print(f"driftwatch: error: {err.format_message()}{hint}", file=sys.stderr)
         sys.exit(2)
-    except click.Abort:
+    except typer.Abort:
         sys.exit(EXIT_INTERRUPTED)
     except DriftwatchError as err:
         print(f"driftwatch: error: {err}", file=sys.stderr)

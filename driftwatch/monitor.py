@@ -85,7 +85,7 @@ class Monitor:
                 raise
             except SourceUnavailable as err:
                 self._disable(source, str(err))
-            except Exception as err:  # noqa: BLE001 - a bug in one source must not end monitoring
+            except Exception as err:  # a bug in one source must not end monitoring
                 log.exception("source %s failed", source.name)
                 self._disable(source, f"internal error: {err!r}")
         findings = [finding for d in self._detectors for finding in d.update(self.store, now)]
@@ -100,8 +100,10 @@ class Monitor:
             now,
             self._ticks,
             self._exported_values(),
-            tuple(SourceStatus(s.name, s.name not in self._down, self._down.get(s.name, ""))
-                  for s in self._sources),
+            tuple(
+                SourceStatus(s.name, s.name not in self._down, self._down.get(s.name, ""))
+                for s in self._sources
+            ),
             tuple(findings),
         )
         return self.snapshot

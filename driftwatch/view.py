@@ -41,8 +41,14 @@ def human_seconds(value: float) -> str:
     return f"{value / 3600:.1f} h"
 
 
-def rate_per_second(history: SeriesHistory | None, window: float = RATE_WINDOW_SECONDS) -> float:
-    """Growth per second over the newest ``window`` seconds of raw samples; NaN if unknown."""
+def rate_per_second(
+    history: SeriesHistory | None, window: float = RATE_WINDOW_SECONDS, min_span: float = 30.0
+) -> float:
+    """Growth per second over the newest ``window`` seconds of raw samples.
+
+    NaN until the samples span ``min_span`` seconds: a rate from a few seconds of data,
+    projected to an hour, would be mostly noise.
+    """
     if history is None:
         return math.nan
     times = history.raw.last(512, 0)
@@ -52,7 +58,7 @@ def rate_per_second(history: SeriesHistory | None, window: float = RATE_WINDOW_S
     start = next(i for i, t in enumerate(times) if t >= times[-1] - window)
     start = min(start, len(times) - 2)
     elapsed = times[-1] - times[start]
-    return (values[-1] - values[start]) / elapsed if elapsed > 0 else math.nan
+    return (values[-1] - values[start]) / elapsed if elapsed >= min_span else math.nan
 
 
 class _Reader:
@@ -78,7 +84,7 @@ def signal_rows(snapshot: Snapshot, store: Store) -> list[tuple[str, str]]:
     """(signal, reading) pairs shown by both the live view and the plain line."""
     r = _Reader(snapshot, store)
     rss_rate = rate_per_second(r.history("rss_bytes")) * 3600
-    cpu = rate_per_second(r.history("cpu_seconds"), window=30.0) * 100
+    cpu = rate_per_second(r.history("cpu_seconds"), window=30.0, min_span=0.5) * 100
     rows = [
         ("RSS", f"{human_bytes(r.value('rss_bytes'))} ({human_bytes(rss_rate)}/h)"),
         ("CPU", f"{cpu:.0f}%" if math.isfinite(cpu) else "-"),

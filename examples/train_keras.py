@@ -1,6 +1,6 @@
 """A small, healthy Keras training run that logs to TensorBoard; knows nothing of driftwatch.
 
-    python examples/train_keras.py --logdir /tmp/tb --epochs 50
+python examples/train_keras.py --logdir /tmp/tb --epochs 50
 """
 
 from __future__ import annotations

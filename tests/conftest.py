@@ -29,14 +29,13 @@ def wait_for(predicate: object, timeout: float, what: str, poll: float = 0.05) -
         time.sleep(poll)
 
 
-def run_cli(*args: str, timeout: float = 60, **kwargs: object) -> subprocess.CompletedProcess[str]:
+def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "driftwatch", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
         check=False,
-        **kwargs,  # type: ignore[call-overload]
     )
 
 

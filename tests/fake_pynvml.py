@@ -12,7 +12,7 @@ import sys
 import types
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal, get_args
+from typing import ClassVar, Literal
 
 import pytest
 
@@ -29,7 +29,6 @@ Scenario = Literal[
     "memory_not_available",
     "driver_too_old",
 ]
-SCENARIOS: tuple[Scenario, ...] = get_args(Scenario)
 
 # Every NVML_ERROR_* code of nvidia-ml-py, by the name of the class it generates for it.
 ERROR_CODES = {
@@ -170,8 +169,9 @@ class FakeNvml:
         self.initialised = 0  # NVML's reference count
         self._reads: Counter[tuple[str, int]] = Counter()
         module = types.ModuleType("pynvml")
-        module.NVMLError = NVMLError
-        module.NVMLLibraryMismatchError = NVMLLibraryMismatchError
+        module.__dict__.update(
+            NVMLError=NVMLError, NVMLLibraryMismatchError=NVMLLibraryMismatchError
+        )
         for name, code in ERROR_CODES.items():
             setattr(module, f"NVMLError_{name}", NVMLError.by_code[code])
         for function in (

@@ -29,7 +29,8 @@ def test_process_source_reads_every_process_series() -> None:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
-    assert child.stdin is not None and child.stderr is not None
+    assert child.stdin is not None
+    assert child.stderr is not None
     try:
         source = ProcessSource(Target.attach(child.pid))
         before = {s.series: s.value for s in source.sample(100.0)}

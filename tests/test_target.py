@@ -4,11 +4,12 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 
 from driftwatch.errors import TargetAccessDenied, TargetGone, TargetZombie
 from driftwatch.target import Target, default_run_name, redact_command
-from tests.conftest import unused_pid
+from tests.conftest import unused_pid, wait_for
 
 
 def test_attach_reads_identity_of_a_live_process(sleeper: subprocess.Popen[bytes]) -> None:
@@ -46,10 +47,10 @@ def test_a_target_that_exits_is_gone(sleeper: subprocess.Popen[bytes]) -> None:
 
 def test_a_killed_unreaped_target_is_a_zombie(sleeper: subprocess.Popen[bytes]) -> None:
     target = Target.attach(sleeper.pid)
-    sleeper.kill()
-    with pytest.raises(TargetGone):  # zombie or gone, depending on when the kernel gets there
-        for _ in range(1000):
-            target.check_alive()
+    sleeper.kill()  # not reaped: the fixture waits for it afterwards
+    wait_for(lambda: target.process.status() == psutil.STATUS_ZOMBIE, 10, "a zombie")
+    with pytest.raises(TargetZombie, match="has exited"):
+        target.check_alive()
 
 
 def _spawn_with_pid(pid: int) -> subprocess.Popen[bytes]:
@@ -84,20 +85,29 @@ def test_pid_reuse_is_detected(sleeper: subprocess.Popen[bytes]) -> None:
 
 def test_another_users_process_without_privileges_is_access_denied() -> None:
     """Run as root without CAP_SYS_PTRACE against a process of user nobody."""
-    victim = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                               "sleep", "300"])
+    victim = subprocess.Popen(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sleep", "300"]
+    )
     try:
         probe = subprocess.run(
-            ["setpriv", "--bounding-set=-sys_ptrace", "--inh-caps=-sys_ptrace",
-             sys.executable, "-c",
-             "import sys\n"
-             "from driftwatch.errors import TargetAccessDenied\n"
-             "from driftwatch.target import Target\n"
-             "try:\n"
-             f"    Target.attach({victim.pid})\n"
-             "except TargetAccessDenied as err:\n"
-             "    print(err); sys.exit(3)\n"],
-            capture_output=True, text=True, timeout=60, check=False,
+            [
+                "setpriv",
+                "--bounding-set=-sys_ptrace",
+                "--inh-caps=-sys_ptrace",
+                sys.executable,
+                "-c",
+                "import sys\n"
+                "from driftwatch.errors import TargetAccessDenied\n"
+                "from driftwatch.target import Target\n"
+                "try:\n"
+                f"    Target.attach({victim.pid})\n"
+                "except TargetAccessDenied as err:\n"
+                "    print(err); sys.exit(3)\n",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
         )
     finally:
         victim.kill()
@@ -113,8 +123,10 @@ def test_another_users_process_without_privileges_is_access_denied() -> None:
     ("argv", "expected"),
     [
         (["python", "train.py", "--password=hunter2"], ["python", "train.py", "--password=***"]),
-        (["python", "train.py", "--api-key", "abc", "--lr", "0.1"],
-         ["python", "train.py", "--api-key", "***", "--lr", "0.1"]),
+        (
+            ["python", "train.py", "--api-key", "abc", "--lr", "0.1"],
+            ["python", "train.py", "--api-key", "***", "--lr", "0.1"],
+        ),
         (["run", "--WANDB_TOKEN=x", "--tokens=5"], ["run", "--WANDB_TOKEN=***", "--tokens=***"]),
         (["python", "train.py", "--epochs", "3"], ["python", "train.py", "--epochs", "3"]),
     ],

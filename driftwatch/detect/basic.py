@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 import time
@@ -59,7 +60,7 @@ class StallDetector:
         stamps = sorted(set(history.recent_values(self.window)))
         if not stamps:
             return []
-        gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False) if b > a]
+        gaps = [b - a for a, b in itertools.pairwise(stamps) if b > a]
         typical = statistics.median(gaps) if gaps else 0.0
         limit = max(self.min_seconds, self.factor * typical)
         silent_for = now - stamps[-1]

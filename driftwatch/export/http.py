@@ -28,18 +28,17 @@ def parse_listen(text: str) -> tuple[str, int]:
     host, sep, port_text = text.rpartition(":")
     if not sep:
         raise UsageError(f"--listen {text!r}: expected HOST:PORT, e.g. 127.0.0.1:{DEFAULT_PORT}")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
     if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
         raise UsageError(f"--listen {text!r}: port must be a number from 0 to 65535")
-    if not host:
-        host = DEFAULT_HOST
-    elif ":" in host:
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
         try:
             ipaddress.IPv6Address(host)
         except ValueError as err:
             raise UsageError(f"--listen {text!r}: {host!r} is not an IPv6 address") from err
-    return host, int(port_text)
+    elif ":" in host:
+        raise UsageError(f"--listen {text!r}: write IPv6 addresses in brackets, e.g. [::1]:PORT")
+    return host or DEFAULT_HOST, int(port_text)
 
 
 class _Server(ThreadingMixIn, WSGIServer):
@@ -52,7 +51,7 @@ class _V6Server(_Server):
 
 
 class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:
         """Scrapes every few seconds would flood the terminal; stay quiet."""
 
 

@@ -1,0 +1,142 @@
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from driftwatch.detect.basic import NonFiniteDetector, StallDetector
+from driftwatch.errors import SourceUnavailable, TargetGone
+from driftwatch.findings import Finding, Severity
+from driftwatch.monitor import Monitor, Snapshot, watch
+from driftwatch.series import Sample
+from driftwatch.store import Store
+from driftwatch.target import TargetInfo
+
+INFO = TargetInfo(1234, 1.0, "python", ("python", "train.py"), "ml")
+
+
+class ScriptedSource:
+    """Plays a script: a list of values (one per tick) or an exception to raise."""
+
+    def __init__(self, name: str, series: str, script: list[float | BaseException]) -> None:
+        self.name = name
+        self.series = series
+        self.script = list(script)
+        self.closed = 0
+
+    def sample(self, now: float) -> list[Sample]:
+        step = self.script.pop(0) if self.script else 0.0
+        if isinstance(step, BaseException):
+            raise step
+        return [Sample(self.series, step, now)]
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+def test_unavailable_source_is_switched_off_once_and_others_go_on() -> None:
+    gpu = ScriptedSource("nvml", "gpu_process_memory_bytes", [SourceUnavailable("no driver")])
+    rss = ScriptedSource("process", "rss_bytes", [1.0, 2.0, 3.0])
+    monitor = Monitor("run", INFO, [rss, gpu], clock=Clock())
+    for _ in range(3):
+        snapshot = monitor.tick()
+    assert snapshot.values == {("rss_bytes", ()): 3.0}
+    down = {s.name: (s.up, s.reason) for s in snapshot.sources}
+    assert down == {"process": (True, ""), "nvml": (False, "no driver")}
+    assert gpu.closed == 1
+    monitor.close()
+    assert rss.closed == 1
+    assert gpu.closed == 1
+
+
+def test_a_failing_source_is_reported_as_an_internal_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    broken = ScriptedSource("eventfiles", "event_files", [ZeroDivisionError("boom")])
+    monitor = Monitor("run", INFO, [broken], clock=Clock())
+    snapshot = monitor.tick()
+    assert snapshot.sources[0].up is False
+    assert "internal error" in snapshot.sources[0].reason
+    assert "source eventfiles failed" in caplog.text
+
+
+def test_target_gone_ends_the_tick() -> None:
+    source = ScriptedSource("process", "rss_bytes", [TargetGone(1, "process 1 has exited")])
+    monitor = Monitor("run", INFO, [source], clock=Clock())
+    with pytest.raises(TargetGone):
+        monitor.tick()
+
+
+def test_recent_median_export_ignores_a_single_slow_step() -> None:
+    store = Store()
+    for i, value in enumerate([0.01] * 20 + [5.0]):
+        store.add(Sample("step_seconds", value, float(i)))
+    monitor = Monitor("run", INFO, [], store=store, clock=Clock())
+    assert monitor.tick().values[("step_seconds", ())] == 0.01
+
+
+def test_findings_are_reported_once_per_kind_and_kept() -> None:
+    nonfinite = ScriptedSource("eventfiles", "nonfinite_total", [0.0, 2.0, 3.0, 3.0])
+    reported: list[Finding] = []
+    monitor = Monitor(
+        "run", INFO, [nonfinite], [NonFiniteDetector()], clock=Clock(), on_finding=reported.append
+    )
+    assert monitor.tick().findings == ()
+    for _ in range(3):
+        snapshot = monitor.tick()
+    assert [f.kind for f in reported] == ["nonfinite"]
+    assert reported[0].severity is Severity.CRITICAL
+    assert reported[0].since == 1003.0  # the first tick that saw one (construction reads 1001)
+    assert snapshot.findings[0].evidence == {"nonfinite_values": 3}
+    assert "3 non-finite" in snapshot.findings[0].message
+    assert list(monitor.reported) == ["nonfinite"]
+
+
+def test_stall_detector_adapts_to_how_often_steps_are_logged() -> None:
+    store = Store()
+    for stamp in range(0, 300, 30):  # a step logged every 30 s, last at 270
+        store.add(Sample("step_timestamp", float(stamp), float(stamp)))
+    detector = StallDetector(min_seconds=60, factor=10)
+    assert detector.update(store, 270 + 299) == []  # within 10 x 30 s
+    (finding,) = detector.update(store, 270 + 301)
+    assert finding.kind == "stalled"
+    assert finding.since == 270
+    assert finding.evidence["usual_log_interval"] == 30
+
+
+def test_stall_detector_is_quiet_without_steps() -> None:
+    assert StallDetector().update(Store(), 1e9) == []
+
+
+def test_watch_returns_why_monitoring_ended_and_closes_sources() -> None:
+    source = ScriptedSource("process", "rss_bytes", [1.0, 2.0, TargetGone(7, "process 7 exited")])
+    monitor = Monitor("run", INFO, [source], clock=Clock())
+    seen: list[Snapshot] = []
+    reason = watch(monitor, 0.01, threading.Event(), seen.append)
+    assert reason == "process 7 exited"
+    assert len(seen) == 2
+    assert source.closed == 1
+
+
+def test_watch_stops_when_asked() -> None:
+    source = ScriptedSource("process", "rss_bytes", [])
+    monitor = Monitor("run", INFO, [source], clock=Clock())
+    stop = threading.Event()
+    ticks: list[Snapshot] = []
+
+    def on_tick(snapshot: Snapshot) -> None:
+        ticks.append(snapshot)
+        if len(ticks) == 3:
+            stop.set()
+
+    assert watch(monitor, 0.01, stop, on_tick) is None
+    assert len(ticks) == 3
