@@ -42,12 +42,12 @@ def human_seconds(value: float) -> str:
 
 
 def rate_per_second(
-    history: SeriesHistory | None, window: float = RATE_WINDOW_SECONDS, min_span: float = 30.0
+    history: SeriesHistory | None, min_span: float, window: float = RATE_WINDOW_SECONDS
 ) -> float:
     """Growth per second over the newest ``window`` seconds of raw samples.
 
-    NaN until the samples span ``min_span`` seconds: a rate from a few seconds of data,
-    projected to an hour, would be mostly noise.
+    NaN until the samples span more than ``min_span`` seconds: for a noisy series, a rate from
+    a few seconds of data projected to an hour would be mostly noise.
     """
     if history is None:
         return math.nan
@@ -58,7 +58,7 @@ def rate_per_second(
     start = next(i for i, t in enumerate(times) if t >= times[-1] - window)
     start = min(start, len(times) - 2)
     elapsed = times[-1] - times[start]
-    return (values[-1] - values[start]) / elapsed if elapsed >= min_span else math.nan
+    return (values[-1] - values[start]) / elapsed if elapsed > min_span else math.nan
 
 
 class _Reader:
@@ -83,7 +83,9 @@ class _Reader:
 def signal_rows(snapshot: Snapshot, store: Store) -> list[tuple[str, str]]:
     """(signal, reading) pairs shown by both the live view and the plain line."""
     r = _Reader(snapshot, store)
-    rss_rate = rate_per_second(r.history("rss_bytes")) * 3600
+    # RSS is noisy during warm-up: project it only from a minute of data. Event files only
+    # grow, so their projection is honest from the second sample on.
+    rss_rate = rate_per_second(r.history("rss_bytes"), min_span=60.0) * 3600
     cpu = rate_per_second(r.history("cpu_seconds"), window=30.0, min_span=0.5) * 100
     rows = [
         ("RSS", f"{human_bytes(r.value('rss_bytes'))} ({human_bytes(rss_rate)}/h)"),
@@ -97,7 +99,7 @@ def signal_rows(snapshot: Snapshot, store: Store) -> list[tuple[str, str]]:
         rows.append((f"GPU {gpu} memory", f"{human_bytes(used)} of {human_bytes(total)}"))
     files = r.value("event_files")
     if math.isfinite(files):
-        growth = rate_per_second(r.history("event_file_bytes")) * 3600
+        growth = rate_per_second(r.history("event_file_bytes"), min_span=0.0) * 3600
         rows.append(
             (
                 "event files",

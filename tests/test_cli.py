@@ -1,0 +1,135 @@
+"""The ``driftwatch`` command as users run it: a real subprocess, real targets, real signals."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from driftwatch import __version__
+from tests.conftest import run_cli, unused_pid
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], *needles: str) -> None:
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("driftwatch: error: "), lines[0]
+    assert "Traceback" not in result.stderr + result.stdout
+    for needle in needles:
+        assert needle in lines[0]
+
+
+def test_version() -> None:
+    result = run_cli("--version")
+    assert (result.returncode, result.stdout.strip()) == (0, f"driftwatch {__version__}")
+
+
+def test_doctor_names_every_source() -> None:
+    result = run_cli("doctor")
+    assert result.returncode == 0, result.stderr
+    names = {line.split()[1] for line in result.stdout.splitlines()}
+    assert {"process", "nvml", "eventfiles", "tensorflow", "listener", "promtool"} <= names
+
+
+def test_no_such_pid() -> None:
+    pid = unused_pid()
+    assert_one_line_error(run_cli("attach", str(pid)), f"no process with PID {pid}")
+
+
+def test_zombie(zombie: subprocess.Popen[bytes]) -> None:
+    assert_one_line_error(run_cli("attach", str(zombie.pid)), "zombie")
+
+
+def test_busy_port(sleeper: subprocess.Popen[bytes], busy_port: int) -> None:
+    result = run_cli("attach", str(sleeper.pid), "--listen", f"127.0.0.1:{busy_port}")
+    assert_one_line_error(result, "already in use", "--listen")
+
+
+def test_access_denied_says_what_to_do() -> None:
+    victim = subprocess.Popen(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sleep", "300"]
+    )
+    try:
+        result = subprocess.run(
+            ["setpriv", "--bounding-set=-sys_ptrace", "--inh-caps=-sys_ptrace"]
+            + [sys.executable, "-m", "driftwatch", "attach", str(victim.pid)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        victim.kill()
+        victim.wait()
+    assert_one_line_error(result, "permission denied", "same user", "sudo", "SYS_PTRACE")
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--interval", "0"], "--interval"),
+        (["--interval", "nan"], "--interval"),
+        (["--interval", "-3"], "--interval"),
+        (["--interval", "fast"], "interval"),
+        (["--listen", "nonsense"], "--listen"),
+        (["--listen", "127.0.0.1:99999"], "--listen"),
+        (["--listen", "192.0.2.1:0"], "no such address"),
+        (["--logdir", "/nonexistent/logs"], "--logdir"),
+        (["--findings", "/nonexistent/dir/findings.jsonl"], "--findings"),
+        (["--bogus"], "--bogus"),
+    ],
+)
+def test_bad_flags(sleeper: subprocess.Popen[bytes], args: list[str], needle: str) -> None:
+    assert_one_line_error(run_cli("attach", str(sleeper.pid), *args), needle)
+
+
+def test_bad_pid_argument_and_unknown_command() -> None:
+    assert_one_line_error(run_cli("attach", "12abc"), "pid")
+    assert_one_line_error(run_cli("attach"), "Missing argument")
+    assert_one_line_error(run_cli("frobnicate"), "frobnicate")
+
+
+@pytest.fixture
+def attached(sleeper: subprocess.Popen[bytes], tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
+    """``driftwatch attach`` on a sleeping child, once it has printed two samples."""
+    attach = subprocess.Popen(
+        [sys.executable, "-m", "driftwatch", "attach", str(sleeper.pid), "--interval", "0.1"]
+        + ["--listen", "127.0.0.1:0", "--findings", str(tmp_path / "f.jsonl")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert attach.stdout is not None
+    for _ in range(2):
+        assert "RSS:" in attach.stdout.readline()
+    yield attach
+    attach.kill()
+    attach.wait()
+
+
+def test_target_exit_ends_attach_with_a_summary(
+    attached: subprocess.Popen[str], sleeper: subprocess.Popen[bytes]
+) -> None:
+    sleeper.kill()
+    out, err = attached.communicate(timeout=30)
+    assert attached.returncode == 0, err
+    assert re.search(rf"stopped: process {sleeper.pid} has exited", out)
+    assert "findings: none" in out
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 0), (signal.SIGINT, 130)])
+def test_signals_stop_attach_with_a_summary(
+    attached: subprocess.Popen[str], sig: signal.Signals, code: int
+) -> None:
+    attached.send_signal(sig)
+    out, err = attached.communicate(timeout=30)
+    assert attached.returncode == code, err
+    assert f"stopped: driftwatch received {sig.name}" in out
+    assert "Traceback" not in err
