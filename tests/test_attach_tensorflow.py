@@ -41,8 +41,14 @@ def test_attach_to_a_running_keras_job(tmp_path: Path, promtool: str) -> None:
     logdir = tmp_path / "logs"
     logdir.mkdir()
     job = subprocess.Popen(
-        [sys.executable, str(EXAMPLES / "train_keras.py"), "--logdir", str(logdir)]
-        + ["--epochs", "1000"],
+        [
+            sys.executable,
+            str(EXAMPLES / "train_keras.py"),
+            "--logdir",
+            str(logdir),
+            "--epochs",
+            "1000",
+        ],
         stderr=subprocess.DEVNULL,
         env={**os.environ, **TF_ENV},
     )
@@ -51,8 +57,19 @@ def test_attach_to_a_running_keras_job(tmp_path: Path, promtool: str) -> None:
         # The job is training and logging steps before driftwatch arrives.
         wait_for(lambda: event_bytes(logdir) > 2000, 120, "the job to log training steps")
         attach = subprocess.Popen(
-            [sys.executable, "-m", "driftwatch", "attach", str(job.pid)]
-            + ["--interval", str(INTERVAL), "--listen", "127.0.0.1:0", "--logdir", str(logdir)],
+            [
+                sys.executable,
+                "-m",
+                "driftwatch",
+                "attach",
+                str(job.pid),
+                "--interval",
+                str(INTERVAL),
+                "--listen",
+                "127.0.0.1:0",
+                "--logdir",
+                str(logdir),
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

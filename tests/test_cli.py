@@ -57,8 +57,16 @@ def test_access_denied_says_what_to_do() -> None:
     )
     try:
         result = subprocess.run(
-            ["setpriv", "--bounding-set=-sys_ptrace", "--inh-caps=-sys_ptrace"]
-            + [sys.executable, "-m", "driftwatch", "attach", str(victim.pid)],
+            [
+                "setpriv",
+                "--bounding-set=-sys_ptrace",
+                "--inh-caps=-sys_ptrace",
+                sys.executable,
+                "-m",
+                "driftwatch",
+                "attach",
+                str(victim.pid),
+            ],
             capture_output=True,
             text=True,
             timeout=60,
@@ -99,8 +107,19 @@ def test_bad_pid_argument_and_unknown_command() -> None:
 def attached(sleeper: subprocess.Popen[bytes], tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
     """``driftwatch attach`` on a sleeping child, once it has printed two samples."""
     attach = subprocess.Popen(
-        [sys.executable, "-m", "driftwatch", "attach", str(sleeper.pid), "--interval", "0.1"]
-        + ["--listen", "127.0.0.1:0", "--findings", str(tmp_path / "f.jsonl")],
+        [
+            sys.executable,
+            "-m",
+            "driftwatch",
+            "attach",
+            str(sleeper.pid),
+            "--interval",
+            "0.1",
+            "--listen",
+            "127.0.0.1:0",
+            "--findings",
+            str(tmp_path / "f.jsonl"),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -1,0 +1,397 @@
+"""Event-file source against real event files written by tensorboard's pure-Python writer."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import math
+import os
+import struct
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("tensorboard")
+
+from tensorboard.compat.proto import event_pb2
+from tensorboard.plugins.scalar import metadata as scalar_metadata
+from tensorboard.summary.writer.event_file_writer import EventFileWriter
+from tensorboard.util import tensor_util
+
+from driftwatch.errors import SourceUnavailable, TargetAccessDenied, TargetGone
+from driftwatch.series import SERIES, Sample
+from driftwatch.sources import eventfiles
+from driftwatch.sources.eventfiles import EventFileSource, describe
+from tests.conftest import REPO, TF_ENV
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _tensorboard_stub() -> None:
+    """Load the source's tensorboard first: the writer below then uses the stub, not TF."""
+    ok, why = describe()
+    assert ok, why
+
+
+class Log:
+    """One event file, written the way TF2 (tensor scalars) or TF1 (``simple_value``) does."""
+
+    def __init__(self, logdir: Path, simple: bool = False) -> None:
+        before = set(logdir.glob("events.out.tfevents.*")) if logdir.exists() else set()
+        self._writer = EventFileWriter(str(logdir), flush_secs=3600)
+        (self.path,) = set(logdir.glob("events.out.tfevents.*")) - before
+        self._simple = simple
+        self._tags: set[str] = set()
+
+    def scalar(self, step: int, wall_time: float, **values: float) -> int:
+        """Log ``tag=value`` scalars as one event; returns the size of its record."""
+        event = event_pb2.Event(wall_time=wall_time, step=step)
+        for tag, value in values.items():
+            if self._simple:
+                event.summary.value.add(tag=tag, simple_value=value)
+                continue
+            summary = event.summary.value.add(tag=tag)
+            summary.tensor.CopyFrom(tensor_util.make_tensor_proto(value))
+            if tag not in self._tags:  # TF2 writes the metadata with a tag's first value only
+                self._tags.add(tag)
+                summary.metadata.CopyFrom(scalar_metadata.create_summary_metadata(tag, ""))
+        self._writer.add_event(event)
+        return len(event.SerializeToString()) + 16  # length, its CRC, data, data CRC
+
+    def flush(self) -> None:
+        self._writer.flush()
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+def latest(samples: list[Sample]) -> dict[str, float]:
+    return {sample.series: sample.value for sample in samples}
+
+
+def of(series: str, samples: list[Sample]) -> list[Sample]:
+    return [sample for sample in samples if sample.series == series]
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> Iterator[Log]:
+    writer = Log(tmp_path / "train")
+    yield writer
+    writer.close()
+
+
+def test_emits_only_known_series(tmp_path: Path, log: Log) -> None:
+    log.scalar(1, 100.0, loss=1.0)
+    log.scalar(2, 101.0, loss=1.0)
+    log.flush()
+    samples = EventFileSource([tmp_path]).sample(500.0)
+    assert {s.series for s in samples} <= SERIES.keys()
+    assert all(s.t == 500.0 for s in samples if s.series != "step_seconds")
+
+
+def test_no_files_yet(tmp_path: Path) -> None:
+    values = latest(EventFileSource([tmp_path / "missing"]).sample(0.0))
+    assert values == {"event_files": 0.0, "event_file_bytes": 0.0, "event_file_largest_bytes": 0.0}
+
+
+def test_count_total_and_largest_size(tmp_path: Path) -> None:
+    small, big = Log(tmp_path), Log(tmp_path)
+    small.scalar(1, 1.0, loss=1.0)
+    for step in range(50):
+        big.scalar(step, float(step), loss=1.0, accuracy=0.5)
+    small.close()
+    big.close()
+    values = latest(EventFileSource([tmp_path]).sample(0.0))
+    sizes = [small.path.stat().st_size, big.path.stat().st_size]
+    assert values["event_files"] == 2
+    assert values["event_file_bytes"] == sum(sizes)
+    assert values["event_file_largest_bytes"] == max(sizes) == big.path.stat().st_size
+
+
+def test_tails_incrementally_and_times_steps(tmp_path: Path, log: Log) -> None:
+    source = EventFileSource([tmp_path])
+    for step in range(3):
+        log.scalar(step, 100.0 + 2 * step, loss=1.0)
+    log.flush()
+    first = source.sample(1.0)
+    assert latest(first)["train_step"] == 2
+    assert latest(first)["step_timestamp"] == 104.0
+    assert [(s.value, s.t) for s in of("step_seconds", first)] == [(2.0, 102.0), (2.0, 104.0)]
+
+    assert of("step_seconds", source.sample(2.0)) == []  # nothing new, nothing repeated
+    log.scalar(5, 110.0, loss=1.0)  # three steps in six seconds
+    log.flush()
+    third = source.sample(3.0)
+    assert [(s.value, s.t) for s in of("step_seconds", third)] == [(2.0, 110.0)]
+    assert latest(third)["train_step"] == 5
+
+
+def test_simple_value_scalars(tmp_path: Path) -> None:
+    log = Log(tmp_path, simple=True)
+    for step in range(4):
+        log.scalar(step, 10.0 + 0.5 * step, loss=1.0, accuracy=math.nan)
+    log.close()
+    samples = EventFileSource([tmp_path]).sample(0.0)
+    assert [s.value for s in of("step_seconds", samples)] == [0.5, 0.5, 0.5]
+    assert latest(samples)["nonfinite_total"] == 4
+
+
+def test_partial_last_record_is_read_once_completed(tmp_path: Path, log: Log) -> None:
+    log.scalar(1, 100.0, loss=1.0)
+    record = log.scalar(2, 103.0, loss=math.nan)
+    log.close()
+    size = log.path.stat().st_size
+    tail = log.path.read_bytes()[size - record // 2 :]
+    os.truncate(log.path, size - len(tail))
+
+    source = EventFileSource([tmp_path])
+    before = latest(source.sample(0.0))
+    assert before["train_step"] == 1
+    assert before["nonfinite_total"] == 0
+
+    with log.path.open("ab") as f:
+        f.write(tail)
+    after = source.sample(1.0)
+    assert latest(after)["train_step"] == 2
+    assert latest(after)["nonfinite_total"] == 1
+    assert [s.value for s in of("step_seconds", after)] == [3.0]
+    assert latest(source.sample(2.0))["nonfinite_total"] == 1
+
+
+def test_several_tags_per_step_and_epoch_tags_do_not_pollute(tmp_path: Path) -> None:
+    """Keras with batch logging: batch tags at the global step, epoch tags at the epoch."""
+    train, validation = Log(tmp_path / "train"), Log(tmp_path / "validation")
+    for step in range(1, 7):
+        train.scalar(step, 100.0 + 2 * step, batch_loss=1.0)
+        train.scalar(step, 100.0 + 2 * step + 0.5, batch_accuracy=0.5)
+        if step % 3 == 0:
+            epoch = step // 3 - 1
+            train.scalar(epoch, 100.0 + 2 * step + 0.7, epoch_loss=1.0)
+            validation.scalar(epoch, 100.0 + 2 * step + 0.8, epoch_loss=1.0)
+            validation.scalar(step, 100.0 + 2 * step + 0.9, evaluation_loss_vs_iterations=1.0)
+    train.close()
+    validation.close()
+    samples = EventFileSource([tmp_path]).sample(0.0)
+    assert [(s.value, s.t) for s in of("step_seconds", samples)] == [
+        (2.0, 100.0 + 2 * step) for step in range(2, 7)
+    ]
+    assert latest(samples)["train_step"] == 6
+    assert latest(samples)["step_timestamp"] == 112.0
+
+
+def test_epoch_logging_uses_the_iteration_tag_without_mixing_tags(tmp_path: Path) -> None:
+    """Keras' default: only the validation writer logs at the iteration count (50/epoch)."""
+    train, validation = Log(tmp_path / "train"), Log(tmp_path / "validation")
+    for epoch in range(3):
+        end = 100.0 * (epoch + 1)
+        train.scalar(epoch, end, epoch_loss=1.0, epoch_learning_rate=0.1)
+        validation.scalar(epoch, end + 10, epoch_loss=1.0)
+        validation.scalar(50 * (epoch + 1), end + 11, evaluation_loss_vs_iterations=1.0)
+    train.close()
+    validation.close()
+    samples = EventFileSource([tmp_path]).sample(0.0)
+    # Measured between two evaluation events; never between an epoch tag and an iteration tag.
+    assert [s.value for s in of("step_seconds", samples)] == [2.0, 2.0]
+    assert latest(samples)["train_step"] == 150
+
+
+def test_counts_nonfinite_scalars_cumulatively(tmp_path: Path, log: Log) -> None:
+    source = EventFileSource([tmp_path])
+    log.scalar(1, 1.0, loss=math.nan, accuracy=0.5)
+    log.scalar(2, 2.0, loss=math.inf, accuracy=-math.inf)
+    log.flush()
+    assert latest(source.sample(0.0))["nonfinite_total"] == 3
+    assert latest(source.sample(1.0))["nonfinite_total"] == 3
+    log.scalar(3, 3.0, loss=math.nan)
+    log.flush()
+    assert latest(source.sample(2.0))["nonfinite_total"] == 4
+
+
+def test_discovers_files_the_target_has_open(tmp_path: Path, log: Log) -> None:
+    log.scalar(1, 1.0, loss=1.0)
+    log.flush()
+    other = tmp_path / "notes.txt"
+    other.write_text("not an event file")
+    open_now = [str(log.path), str(other)]
+    source = EventFileSource([], open_paths=lambda: open_now)
+    assert latest(source.sample(0.0))["event_files"] == 1
+    open_now.clear()  # closed by the target: still one of the run's files
+    assert latest(source.sample(1.0))["event_files"] == 1
+
+
+def test_file_both_open_and_under_a_logdir_counts_once(tmp_path: Path, log: Log) -> None:
+    log.flush()
+    source = EventFileSource([tmp_path], open_paths=lambda: [str(log.path)])
+    assert latest(source.sample(0.0))["event_files"] == 1
+
+
+def test_walks_logdir_subdirectories(tmp_path: Path) -> None:
+    train, validation = Log(tmp_path / "train"), Log(tmp_path / "validation")
+    train.close()
+    validation.close()
+    (tmp_path / "validation" / "checkpoint").write_text("not an event file")
+    values = latest(EventFileSource([tmp_path]).sample(0.0))
+    assert values["event_files"] == 2
+
+
+def test_rescans_logdirs_at_the_interval(tmp_path: Path) -> None:
+    Log(tmp_path / "train").close()
+    source = EventFileSource([tmp_path], rescan_seconds=10.0)
+    assert latest(source.sample(100.0))["event_files"] == 1
+    Log(tmp_path / "validation").close()
+    assert latest(source.sample(109.0))["event_files"] == 1
+    assert latest(source.sample(110.0))["event_files"] == 2
+
+
+def test_new_file_seen_through_open_paths_at_once(tmp_path: Path) -> None:
+    first = Log(tmp_path)
+    first.close()
+    open_now = [str(first.path)]
+    source = EventFileSource([tmp_path], open_paths=lambda: open_now, rescan_seconds=3600.0)
+    assert latest(source.sample(0.0))["event_files"] == 1
+    second = Log(tmp_path)
+    second.scalar(7, 1.0, loss=1.0)
+    second.close()
+    open_now.append(str(second.path))
+    values = latest(source.sample(1.0))
+    assert values["event_files"] == 2
+    assert values["train_step"] == 7
+
+
+def test_deleted_files_drop_out(tmp_path: Path) -> None:
+    kept, deleted = Log(tmp_path), Log(tmp_path)
+    kept.close()
+    deleted.close()
+    source = EventFileSource(
+        [tmp_path], open_paths=lambda: [str(tmp_path / "events.out.tfevents.gone")]
+    )
+    assert latest(source.sample(0.0))["event_files"] == 2
+    deleted.path.unlink()
+    values = latest(source.sample(1.0))
+    assert values["event_files"] == 1
+    assert values["event_file_bytes"] == kept.path.stat().st_size
+
+
+def test_target_gone_propagates(tmp_path: Path) -> None:
+    def gone() -> list[str]:
+        raise TargetGone(42, "process 42 has exited")
+
+    with pytest.raises(TargetGone):
+        EventFileSource([tmp_path], open_paths=gone).sample(0.0)
+
+
+def test_access_denied_falls_back_to_logdirs_and_warns_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    Log(tmp_path).close()
+
+    def denied() -> list[str]:
+        raise TargetAccessDenied(42, "the open files (/proc/PID/fd)")
+
+    source = EventFileSource([tmp_path], open_paths=denied)
+    with caplog.at_level(logging.WARNING):
+        assert latest(source.sample(0.0))["event_files"] == 1
+        assert latest(source.sample(1.0))["event_files"] == 1
+    assert len([r for r in caplog.records if "permission denied" in r.getMessage()]) == 1
+
+
+def test_corrupted_record_does_not_raise(tmp_path: Path, log: Log) -> None:
+    for step in (1, 2, 3):
+        log.scalar(step, float(step), loss=1.0)
+    log.close()
+    data = bytearray(log.path.read_bytes())
+    starts = [0]  # records: file version, steps 1, 2, 3
+    while starts[-1] < len(data):
+        (length,) = struct.unpack_from("<Q", data, starts[-1])
+        starts.append(starts[-1] + 12 + length + 4)
+    data[starts[2] + 12] ^= 0xFF  # first data byte of step 2's record: its CRC fails
+    log.path.write_bytes(data)
+
+    source = EventFileSource([tmp_path])
+    assert latest(source.sample(0.0))["train_step"] == 1
+    assert latest(source.sample(1.0))["train_step"] == 1
+
+
+def test_read_budget_spreads_a_backlog_over_ticks_losing_nothing(tmp_path: Path, log: Log) -> None:
+    for step in range(1, 6):
+        log.scalar(step, float(step), loss=math.nan)
+    log.flush()
+    source = EventFileSource([tmp_path], read_budget_seconds=0.0)  # one event per tick
+    ticks = [source.sample(float(t)) for t in range(8)]
+    assert [latest(tick).get("train_step") for tick in ticks] == [None, 1, 2, 3, 4, 5, 5, 5]
+    assert sum(len(of("step_seconds", tick)) for tick in ticks) == 4
+    assert latest(ticks[-1])["nonfinite_total"] == 5
+
+
+def test_missing_tensorboard_makes_the_source_unavailable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    eventfiles._tensorboard.cache_clear()
+    monkeypatch.setitem(sys.modules, "tensorboard", None)
+    with pytest.raises(SourceUnavailable, match=r"pip install 'driftwatch\[tf\]'"):
+        EventFileSource([tmp_path]).sample(0.0)
+    assert describe() == (False, eventfiles._MISSING)
+    monkeypatch.undo()
+    assert describe()[0]
+
+
+def test_describe_names_the_tensorboard_version() -> None:
+    import tensorboard
+
+    ok, text = describe()
+    assert ok
+    assert tensorboard.__version__ in text
+
+
+def test_reading_event_files_does_not_import_tensorflow(tmp_path: Path, log: Log) -> None:
+    for step in range(4):
+        log.scalar(step, float(step), loss=1.0)
+    log.flush()
+    code = textwrap.dedent(
+        f"""
+        import sys
+        from pathlib import Path
+        from driftwatch.sources.eventfiles import EventFileSource, describe
+        assert describe()[0]
+        samples = EventFileSource([Path({str(tmp_path)!r})]).sample(0.0)
+        assert {{s.series: s.value for s in samples}}["train_step"] == 3, samples
+        assert "tensorflow" not in sys.modules, "tensorflow was imported"
+        """
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=120)
+
+
+TF_WRITER = """
+import math, sys, time
+import tensorflow as tf
+writer = tf.summary.create_file_writer(sys.argv[1])
+with writer.as_default():
+    for step in range(int(sys.argv[2]) + 1):
+        tf.summary.scalar("loss", math.nan if step == 2 else 1.0 / (step + 1), step=step)
+        tf.summary.scalar("accuracy", step / 10, step=step)
+        time.sleep(0.02)
+writer.flush()
+"""
+
+
+@pytest.mark.tf
+@pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="needs TensorFlow")
+def test_reads_what_tensorflow_writes(tmp_path: Path) -> None:
+    steps = 5
+    subprocess.run(
+        [sys.executable, "-c", TF_WRITER, str(tmp_path / "train"), str(steps)],
+        check=True,
+        env={**os.environ, **TF_ENV},
+        timeout=240,
+    )
+    samples = EventFileSource([tmp_path]).sample(0.0)
+    values = latest(samples)
+    assert values["event_files"] == 1
+    assert values["train_step"] == steps
+    assert values["nonfinite_total"] == 1
+    durations = [s.value for s in of("step_seconds", samples)]
+    assert len(durations) == steps
+    assert all(0.015 < d < 10 for d in durations)
