@@ -1,0 +1,253 @@
+"""Event-file source: size, step progress and non-finite scalars of TensorBoard event files.
+
+Files are found among the target's open files (every tick) and under the given logdirs
+(re-walked every ``rescan_seconds``), then tailed incrementally with tensorboard's own
+event-file loader. tensorboard is imported lazily and forced onto its pure-Python TensorFlow
+stub, so watching a run never imports TensorFlow into driftwatch.
+"""
+
+from __future__ import annotations
+
+import functools
+import heapq
+import logging
+import math
+import os
+import sys
+import time
+import types
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from driftwatch.errors import SourceUnavailable, TargetAccessDenied
+from driftwatch.series import Sample
+
+log = logging.getLogger(__name__)
+
+EVENT_FILE_PREFIX = "events.out.tfevents."
+
+_NOTF = "tensorboard.compat.notf"
+"""A module tensorboard looks for: if importable, ``tensorboard.compat.tf`` is its stub."""
+
+_MISSING = (
+    "tensorboard is not installed (pip install 'driftwatch[tf]'): event files are not monitored"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Tensorboard:
+    """The parts of tensorboard this source uses."""
+
+    version: str
+    loader: Callable[[str], Any]  # EventFileLoader: reads new records, keeps its offset
+    make_ndarray: Callable[[Any], Any]
+    scalar_class: int  # SummaryMetadata.data_class of scalar summaries
+    read_errors: tuple[type[Exception], ...]  # what reading a vanished or broken file raises
+
+
+@functools.cache
+def _tensorboard() -> _Tensorboard:
+    """Import tensorboard's loader on its TensorFlow stub; ``SourceUnavailable`` if missing."""
+    try:
+        import tensorboard
+
+        # Before ``tensorboard.compat.tf`` is first resolved: else it imports TensorFlow.
+        sys.modules.setdefault(_NOTF, types.ModuleType(_NOTF))
+        from google.protobuf.message import DecodeError
+        from tensorboard.backend.event_processing import event_file_loader
+        from tensorboard.compat import tf
+        from tensorboard.compat.proto import summary_pb2
+        from tensorboard.util import tensor_util
+    except ImportError as err:
+        if err.name == "tensorboard":
+            raise SourceUnavailable(_MISSING) from err
+        raise SourceUnavailable(
+            f"tensorboard's event-file loader cannot be imported ({err}): "
+            "event files are not monitored"
+        ) from err
+    return _Tensorboard(
+        version=str(tensorboard.__version__),
+        loader=event_file_loader.EventFileLoader,
+        make_ndarray=tensor_util.make_ndarray,
+        scalar_class=int(summary_pb2.DATA_CLASS_SCALAR),
+        read_errors=(tf.errors.OpError, OSError, DecodeError),
+    )
+
+
+def describe() -> tuple[bool, str]:
+    """For ``driftwatch doctor``: whether event files can be read, and with what."""
+    try:
+        tb = _tensorboard()
+    except SourceUnavailable as err:
+        return False, str(err)
+    return True, f"tensorboard {tb.version} (pure-Python event-file reader, no TensorFlow)"
+
+
+class _Scalar(NamedTuple):
+    wall_time: float
+    step: int
+    value: float
+    key: tuple[str, str]  # (directory, tag): train/ and validation/ are separate series
+
+
+class _Tail:
+    """One event file read incrementally; the loader keeps the offset and partial records."""
+
+    def __init__(self, tb: _Tensorboard, path: str) -> None:
+        self.path = path
+        self._tb = tb
+        self._dir = os.path.dirname(path)
+        self._loader = tb.loader(path)
+        # Tags whose first event said "scalar": later events of a tag carry no metadata.
+        self._scalar_tags: set[str] = set()
+
+    def scalars(self, deadline: float) -> Iterator[_Scalar]:
+        """Scalars appended since the last call, until the end of the file or ``deadline``.
+
+        Stopping at the deadline loses nothing: the next record is not pulled from the loader.
+        """
+        try:
+            for event in self._loader.Load():
+                for value in event.summary.value:
+                    scalar = self._scalar(value)
+                    if scalar is not None:
+                        yield _Scalar(event.wall_time, event.step, scalar, (self._dir, value.tag))
+                if time.monotonic() >= deadline:
+                    return
+        except self._tb.read_errors as err:
+            log.debug("stopped reading %s: %s", self.path, err)
+
+    def _scalar(self, value: Any) -> float | None:
+        if value.HasField("metadata"):
+            if value.metadata.data_class == self._tb.scalar_class:
+                self._scalar_tags.add(value.tag)
+            else:
+                self._scalar_tags.discard(value.tag)
+        if value.tag not in self._scalar_tags or not value.HasField("tensor"):
+            return None
+        array = self._tb.make_ndarray(value.tensor)
+        return float(array.ravel()[0]) if array.size == 1 else None
+
+
+class EventFileSource:
+    """Watches the TensorBoard event files of one run.
+
+    Per tick: ``event_files``, ``event_file_bytes``, ``event_file_largest_bytes``; once a file
+    is known, ``nonfinite_total``; once a step is known, ``train_step`` and ``step_timestamp``
+    (all stamped ``now``); and one ``step_seconds`` per step advance, stamped with the wall
+    time the new step was logged at. Reading is limited to ``read_budget_seconds`` per tick so
+    a long backlog (attaching to a run hours in) is caught up over several ticks.
+    """
+
+    name = "eventfiles"
+
+    def __init__(
+        self,
+        logdirs: Sequence[Path],
+        open_paths: Callable[[], list[str]] | None = None,
+        rescan_seconds: float = 10.0,
+        read_budget_seconds: float = 1.0,
+    ) -> None:
+        self._logdirs = list(logdirs)
+        self._open_paths = open_paths
+        self._rescan_seconds = rescan_seconds
+        self._read_budget_seconds = read_budget_seconds
+        self._next_walk = -math.inf  # the `now` from which logdirs are walked again
+        self._access_denied_logged = False
+        self._tails: dict[str, _Tail] = {}  # by real path
+        self._any_file = False
+        self._nonfinite = 0
+        self._last: dict[tuple[str, str], tuple[int, float]] = {}  # key -> (step, wall time)
+        self._top: tuple[int, float] | None = None  # highest step, wall time first logged
+
+    def sample(self, now: float) -> list[Sample]:
+        tb = _tensorboard()
+        self._discover(tb, now)
+        sizes = self._sizes()
+        samples = [
+            Sample("event_files", float(len(sizes)), now),
+            Sample("event_file_bytes", float(sum(sizes)), now),
+            Sample("event_file_largest_bytes", float(max(sizes, default=0)), now),
+        ]
+        samples += self._read()
+        if self._any_file:
+            samples.append(Sample("nonfinite_total", float(self._nonfinite), now))
+        if self._top is not None:
+            step, wall_time = self._top
+            samples.append(Sample("train_step", float(step), now))
+            samples.append(Sample("step_timestamp", wall_time, now))
+        return samples
+
+    def _discover(self, tb: _Tensorboard, now: float) -> None:
+        found = [p for p in self._list_open_paths() if _is_event_file(p)]
+        if now >= self._next_walk:
+            self._next_walk = now + self._rescan_seconds
+            for logdir in self._logdirs:
+                for root, _dirs, files in os.walk(logdir):
+                    found += [os.path.join(root, f) for f in files if _is_event_file(f)]
+        for path in map(os.path.realpath, found):
+            if path in self._tails:
+                continue
+            try:
+                self._tails[path] = _Tail(tb, path)
+            except tb.read_errors as err:  # vanished since it was listed
+                log.debug("cannot open %s: %s", path, err)
+                continue
+            self._any_file = True
+
+    def _list_open_paths(self) -> list[str]:
+        if self._open_paths is None:
+            return []
+        try:
+            return self._open_paths()
+        except TargetAccessDenied as err:
+            if not self._access_denied_logged:
+                self._access_denied_logged = True
+                log.warning("event files are found only under the logdirs: %s", err)
+            return []
+
+    def _sizes(self) -> list[int]:
+        """Sizes of the known files; files that no longer exist are forgotten."""
+        sizes = []
+        for path in list(self._tails):
+            try:
+                sizes.append(os.stat(path).st_size)
+            except FileNotFoundError:
+                del self._tails[path]
+            except OSError as err:
+                log.debug("cannot stat %s: %s", path, err)
+        return sizes
+
+    def _read(self) -> list[Sample]:
+        """Consume new scalars of all files in wall-time order; ``step_seconds`` samples.
+
+        Step progress follows the highest step seen. Only the tag that raises it yields a
+        duration, measured from that same tag's previous event: so tags at the same step add
+        nothing, and epoch-numbered tags (lower steps) never mix with global-step tags.
+        """
+        deadline = time.monotonic() + self._read_budget_seconds
+        streams = [tail.scalars(deadline) for tail in self._tails.values()]
+        samples = []
+        for scalar in heapq.merge(*streams, key=lambda s: s.wall_time):
+            if not math.isfinite(scalar.value):
+                self._nonfinite += 1
+            previous = self._last.get(scalar.key)
+            self._last[scalar.key] = (scalar.step, scalar.wall_time)
+            if self._top is not None and scalar.step <= self._top[0]:
+                continue
+            self._top = (scalar.step, scalar.wall_time)
+            if previous is not None:  # its step is below the old top, so below this one
+                seconds = (scalar.wall_time - previous[1]) / (scalar.step - previous[0])
+                if seconds > 0:
+                    samples.append(Sample("step_seconds", seconds, scalar.wall_time))
+        return samples
+
+    def close(self) -> None:
+        """Drop the loaders; they hold no open descriptors between reads."""
+        self._tails.clear()
+
+
+def _is_event_file(path: str) -> bool:
+    return os.path.basename(path).startswith(EVENT_FILE_PREFIX)
