@@ -121,9 +121,6 @@ def signal_rows(snapshot: Snapshot, store: Store) -> list[tuple[str, str]]:
     nonfinite = r.value("nonfinite_total")
     if math.isfinite(nonfinite) and nonfinite > 0:
         rows.append(("non-finite values", f"{nonfinite:.0f}"))
-    for status in snapshot.sources:
-        if not status.up:
-            rows.append((f"{status.name} source", f"off: {status.reason}"))
     return rows
 
 
@@ -136,6 +133,9 @@ def live_table(snapshot: Snapshot, store: Store, listen_url: str | None) -> Tabl
     table.add_column("reading")
     for name, reading in signal_rows(snapshot, store):
         table.add_row(name, reading)
+    for status in snapshot.sources:  # the plain line leaves these to the one-time warning
+        if not status.up:
+            table.add_row(f"{status.name} source", f"[dim]off: {status.reason}[/]")
     for finding in snapshot.findings:
         table.add_row(
             f"[{SEVERITY_STYLE[finding.severity]}]{finding.severity.value}[/]", finding.message
