@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import signal
 import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Annotated, TextIO
@@ -19,14 +21,18 @@ from rich.console import Console
 from rich.live import Live
 
 from driftwatch import __version__
+from driftwatch.channel import runtime_dir
 from driftwatch.detect.basic import NonFiniteDetector, StallDetector
 from driftwatch.doctor import run_checks
-from driftwatch.errors import DriftwatchError, UsageError
+from driftwatch.errors import DriftwatchError, TargetGone, UsageError
 from driftwatch.export.http import DEFAULT_HOST, DEFAULT_PORT, MetricsServer, parse_listen
 from driftwatch.export.prometheus import metrics_app
 from driftwatch.findings import Finding
+from driftwatch.launch import StderrPump, child_environment, exit_code, forwarding_signals, launch
 from driftwatch.monitor import Monitor, Snapshot, watch
+from driftwatch.sources import Source
 from driftwatch.sources.eventfiles import EventFileSource
+from driftwatch.sources.hook import HookSource
 from driftwatch.sources.nvml import NvmlSource
 from driftwatch.sources.process import ProcessSource
 from driftwatch.target import Target, default_run_name
@@ -84,12 +90,12 @@ def _open_findings(path: Path) -> TextIO:
 
 
 @contextmanager
-def _stop_on_signals(stop: threading.Event) -> Iterator[dict[str, int]]:
-    """Set ``stop`` on SIGINT/SIGTERM; yields a dict that records which signal arrived."""
-    received: dict[str, int] = {}
+def _stopping_on_signals(stop: threading.Event) -> Iterator[list[int]]:
+    """Set ``stop`` on SIGINT/SIGTERM; yields the list of signals received."""
+    received: list[int] = []
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        received["signal"] = signum
+        received.append(signum)
         stop.set()
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -100,35 +106,61 @@ def _stop_on_signals(stop: threading.Event) -> Iterator[dict[str, int]]:
             signal.signal(sig, old)
 
 
-@app.command()
-def attach(
-    pid: Annotated[int, typer.Argument(help="PID of the training process to watch.")],
-    interval: Annotated[float, typer.Option(help="Seconds between samples.")] = 2.0,
-    listen: Annotated[
-        str, typer.Option(help="HOST:PORT for /metrics (port 0: any free port).")
-    ] = f"{DEFAULT_HOST}:{DEFAULT_PORT}",
-    logdir: Annotated[
-        list[Path] | None,
-        typer.Option(help="TensorBoard log directory to watch (repeatable)."),
-    ] = None,
-    findings: Annotated[
-        Path | None, typer.Option(help="Append findings to this file as JSON lines.")
-    ] = None,
-    run: Annotated[
-        str | None, typer.Option(help="Run name for labels (default: the script's name).")
-    ] = None,
-) -> None:
-    """Watch a running process that was started without driftwatch."""
-    interval = _check_interval(interval)
-    host, port = parse_listen(listen)
-    logdirs = _check_logdirs(logdir or [])
-    target = Target.attach(pid)
-    run_name = run or default_run_name(list(target.info.command), target.info.name)
-    console = Console()
-    stop = threading.Event()
+@dataclass(frozen=True)
+class WatchOptions:
+    """The options ``attach`` and ``run`` share, checked."""
 
+    interval: float
+    host: str
+    port: int
+    logdirs: list[Path]
+    findings: Path | None
+    run: str | None
+
+    @classmethod
+    def parse(
+        cls,
+        interval: float,
+        listen: str,
+        logdirs: list[Path] | None,
+        findings: Path | None,
+        run: str | None,
+    ) -> WatchOptions:
+        host, port = parse_listen(listen)
+        return cls(
+            _check_interval(interval), host, port, _check_logdirs(logdirs or []), findings, run
+        )
+
+
+def _sources(target: Target, logdirs: list[Path]) -> list[Source]:
+    """Every source for one target; the hook's steps, when it has one, beat event files'."""
+    hook = HookSource(
+        runtime_dir(target.environ(), target.info.uid), target.pid, target.info.create_time
+    )
+    return [
+        ProcessSource(target),  # first: it notices a reused PID before the others read
+        hook,
+        EventFileSource(logdirs, target.open_paths, track_steps=lambda: not hook.connected),
+        NvmlSource(target.pid),
+    ]
+
+
+def _watch(
+    target: Target,
+    run_name: str,
+    options: WatchOptions,
+    extra_sources: list[Source],
+    stop: threading.Event,
+) -> tuple[Monitor, str | None, float]:
+    """Monitor ``target`` with the live view and ``/metrics`` until it exits or ``stop``.
+
+    Returns the monitor, why monitoring ended (``None``: stopped) and when it started.
+    """
+    console = Console()
     with ExitStack() as stack:
-        findings_file = stack.enter_context(_open_findings(findings)) if findings else None
+        findings_file = (
+            stack.enter_context(_open_findings(options.findings)) if options.findings else None
+        )
 
         def report(finding: Finding) -> None:
             if findings_file is not None:
@@ -137,22 +169,21 @@ def attach(
         monitor = Monitor(
             run_name,
             target.info,
-            [
-                ProcessSource(target),
-                EventFileSource(logdirs, target.open_paths),
-                NvmlSource(target.pid),
-            ],
+            _sources(target, options.logdirs) + extra_sources,
             [NonFiniteDetector(), StallDetector()],
             on_finding=report,
         )
         server = MetricsServer(
-            metrics_app(lambda: [monitor.snapshot]), host, port, f"watching {run_name}"
+            metrics_app(lambda: [monitor.snapshot]),
+            options.host,
+            options.port,
+            f"watching {run_name}",
         )
         stack.callback(server.close)
         print(
-            f"driftwatch: watching {run_name} (pid {pid}); metrics at {server.url}", file=sys.stderr
+            f"driftwatch: watching {run_name} (pid {target.pid}); metrics at {server.url}",
+            file=sys.stderr,
         )
-        received = stack.enter_context(_stop_on_signals(stop))
         started = time.time()
         if console.is_terminal:
             live = stack.enter_context(Live(console=console, auto_refresh=False))
@@ -164,11 +195,76 @@ def attach(
             def show(snapshot: Snapshot) -> None:
                 print(plain_line(snapshot, monitor.store), flush=True)
 
-        reason = watch(monitor, interval, stop, show)
-    ended = reason or f"driftwatch received {signal.Signals(received['signal']).name}"
+        reason = watch(monitor, options.interval, stop, show)
+    return monitor, reason, started
+
+
+IntervalOption = Annotated[float, typer.Option(help="Seconds between samples.")]
+ListenOption = Annotated[str, typer.Option(help="HOST:PORT for /metrics (port 0: any free port).")]
+LogdirOption = Annotated[
+    list[Path] | None, typer.Option(help="TensorBoard log directory to watch (repeatable).")
+]
+FindingsOption = Annotated[
+    Path | None, typer.Option(help="Append findings to this file as JSON lines.")
+]
+RunOption = Annotated[
+    str | None, typer.Option(help="Run name for labels (default: the script's name).")
+]
+DEFAULT_LISTEN = f"{DEFAULT_HOST}:{DEFAULT_PORT}"
+
+
+@app.command()
+def attach(
+    pid: Annotated[int, typer.Argument(help="PID of the training process to watch.")],
+    interval: IntervalOption = 2.0,
+    listen: ListenOption = DEFAULT_LISTEN,
+    logdir: LogdirOption = None,
+    findings: FindingsOption = None,
+    run: RunOption = None,
+) -> None:
+    """Watch a running process that was started without driftwatch."""
+    options = WatchOptions.parse(interval, listen, logdir, findings, run)
+    target = Target.attach(pid)
+    run_name = options.run or default_run_name(list(target.info.command), target.info.name)
+    stop = threading.Event()
+    with _stopping_on_signals(stop) as received:
+        monitor, reason, started = _watch(target, run_name, options, [], stop)
+    ended = reason or f"driftwatch received {signal.Signals(received[0]).name}"
     print(summary(monitor.snapshot, monitor.store, monitor.reported.values(), ended, started))
-    if received.get("signal") == signal.SIGINT:
+    if received and received[0] == signal.SIGINT:
         raise typer.Exit(EXIT_INTERRUPTED)
+
+
+@app.command(context_settings={"allow_interspersed_args": False})
+def run(
+    command: Annotated[list[str], typer.Argument(help="The command to run, after --.")],
+    interval: IntervalOption = 2.0,
+    listen: ListenOption = DEFAULT_LISTEN,
+    logdir: LogdirOption = None,
+    findings: FindingsOption = None,
+    run: RunOption = None,
+    hook: Annotated[
+        bool, typer.Option(help="Inject the in-process hook into Keras's fit (no code change).")
+    ] = True,
+) -> None:
+    """Run a training command under driftwatch, with the hook injected; exit with its code."""
+    options = WatchOptions.parse(interval, listen, logdir, findings, run)
+    run_name = options.run or default_run_name(command, Path(command[0]).name)
+    child = launch(command, child_environment(dict(os.environ), hook, run_name))
+    assert child.stderr is not None
+    pump = StderrPump(child.stderr, sys.stderr.buffer)
+    with forwarding_signals(child):
+        try:
+            target = Target.attach(child.pid)
+        except TargetGone:  # it finished before driftwatch could look
+            child.wait()
+            pump.close()
+            raise typer.Exit(exit_code(child.returncode)) from None
+        monitor, reason, started = _watch(target, run_name, options, [pump], threading.Event())
+        child.wait()
+    ended = reason or "stopped"
+    print(summary(monitor.snapshot, monitor.store, monitor.reported.values(), ended, started))
+    raise typer.Exit(exit_code(child.returncode))
 
 
 @app.command()

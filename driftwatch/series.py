@@ -118,6 +118,49 @@ SERIES: dict[str, SeriesSpec] = {
         "Median wall-clock time per training step over the recent window.",
         export=Export.RECENT_MEDIAN,
     ),
+    # the in-process hook
+    "step_gap_seconds": SeriesSpec(
+        "driftwatch_step_gap_seconds",
+        "Median seconds per step spent outside the train step (callbacks, input, host work).",
+        export=Export.RECENT_MEDIAN,
+    ),
+    "epoch_seconds": SeriesSpec(
+        "driftwatch_epoch_duration_seconds", "Wall-clock duration of the latest epoch."
+    ),
+    "validation_seconds": SeriesSpec(
+        "driftwatch_validation_duration_seconds",
+        "Wall-clock time the latest epoch spent in validation.",
+    ),
+    "tf_allocator_current_bytes": SeriesSpec(
+        "driftwatch_tf_allocator_current_bytes",
+        "Memory TensorFlow's allocator has in use on a device.",
+        label_names=("device",),
+    ),
+    "tf_allocator_peak_bytes": SeriesSpec(
+        "driftwatch_tf_allocator_peak_bytes",
+        "Peak memory TensorFlow's allocator has had in use on a device.",
+        label_names=("device",),
+    ),
+    "tracing_count": SeriesSpec(
+        "driftwatch_tf_function_traces_total",
+        "Times TensorFlow has traced the train function (retracing when it keeps rising).",
+        Kind.COUNTER,
+    ),
+    "retracing_warnings_total": SeriesSpec(
+        "driftwatch_tf_retracing_warnings_total",
+        "TensorFlow retracing warnings the job printed (driftwatch run only).",
+        Kind.COUNTER,
+    ),
+    "hook_nonfinite_total": SeriesSpec(
+        "driftwatch_hook_nonfinite_values_total",
+        "Non-finite (NaN or infinite) losses, metrics or weights the hook has seen.",
+        Kind.COUNTER,
+    ),
+    "hook_records_lost_total": SeriesSpec(
+        "driftwatch_hook_records_lost_total",
+        "Hook records overwritten before driftwatch read them (the reader fell behind).",
+        Kind.COUNTER,
+    ),
     "nonfinite_total": SeriesSpec(
         "driftwatch_nonfinite_values_total",
         "Non-finite (NaN or infinite) scalar values seen in the run's logs.",

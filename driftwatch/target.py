@@ -73,6 +73,7 @@ class TargetInfo:
     name: str
     command: tuple[str, ...]  # redacted
     username: str
+    uid: int
 
 
 class Target:
@@ -108,6 +109,7 @@ class Target:
                 name = process.name()
                 create_time = process.create_time()
                 username = process.username()
+                uid = process.uids().real
         with translate_psutil(pid, "the command line"):
             argv = process.cmdline()
         # What the process and event-file sources need; unreadable only for another user's
@@ -116,7 +118,7 @@ class Target:
             process.io_counters()
         with translate_psutil(pid, "the open files (/proc/PID/fd)"):
             process.open_files()
-        info = TargetInfo(pid, create_time, name, tuple(redact_command(argv)), username)
+        info = TargetInfo(pid, create_time, name, tuple(redact_command(argv)), username, uid)
         return cls(process, info)
 
     def check_alive(self) -> None:
@@ -128,6 +130,11 @@ class Target:
                 raise TargetGone(self.pid, f"process {self.pid} has exited{detail}")
             if self.process.status() == psutil.STATUS_ZOMBIE:
                 raise TargetZombie(self.pid, f"process {self.pid} has exited")
+
+    def environ(self) -> dict[str, str]:
+        """The process's environment (needs the same access as its open files)."""
+        with translate_psutil(self.pid, "the environment (/proc/PID/environ)"):
+            return self.process.environ()
 
     def open_paths(self) -> list[str]:
         """Paths of the regular files the process has open."""

@@ -17,7 +17,9 @@ GPU0 = (("gpu", "0"),)
 
 
 def snapshot(run: str = "train", pid: int = 4242) -> Snapshot:
-    info = TargetInfo(pid, 1_700_000_000.0, "python", ("python", "train.py", "--token=***"), "ml")
+    info = TargetInfo(
+        pid, 1_700_000_000.0, "python", ("python", "train.py", "--token=***"), "ml", 1000
+    )
     return Snapshot(
         run=run,
         target=info,

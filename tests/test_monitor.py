@@ -12,7 +12,7 @@ from driftwatch.series import Sample
 from driftwatch.store import Store
 from driftwatch.target import TargetInfo
 
-INFO = TargetInfo(1234, 1.0, "python", ("python", "train.py"), "ml")
+INFO = TargetInfo(1234, 1.0, "python", ("python", "train.py"), "ml", 1000)
 
 
 class ScriptedSource:

@@ -253,7 +253,7 @@ class OneSample:
 
 def test_monitor_disables_nvml_once_and_keeps_the_rest(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = install(monkeypatch, "gpu_lost", PID)
-    target = TargetInfo(PID, 0.0, "python", ("python", "train.py"), "me")
+    target = TargetInfo(PID, 0.0, "python", ("python", "train.py"), "me", 1000)
     clock = itertools.count(1000.0, 1.0)
     monitor = Monitor("train", target, [NvmlSource(PID), OneSample()], clock=clock.__next__)
 

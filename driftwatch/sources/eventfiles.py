@@ -137,7 +137,8 @@ class EventFileSource:
     Per tick: ``event_files``, ``event_file_bytes``, ``event_file_largest_bytes``; once a file
     is known, ``nonfinite_total``; once a step is known, ``train_step`` and ``step_timestamp``
     (all stamped ``now``); and one ``step_seconds`` per step advance, stamped with the wall
-    time the new step was logged at. Reading is limited to ``read_budget_seconds`` per tick so
+    time the new step was logged at; ``track_steps()`` false (the hook measures steps
+    exactly) leaves the step series out. Reading is limited to ``read_budget_seconds`` per tick so
     a long backlog (attaching to a run hours in) is caught up over several ticks.
     """
 
@@ -149,11 +150,13 @@ class EventFileSource:
         open_paths: Callable[[], list[str]] | None = None,
         rescan_seconds: float = 10.0,
         read_budget_seconds: float = 1.0,
+        track_steps: Callable[[], bool] = lambda: True,
     ) -> None:
         self._logdirs = list(logdirs)
         self._open_paths = open_paths
         self._rescan_seconds = rescan_seconds
         self._read_budget_seconds = read_budget_seconds
+        self._track_steps = track_steps
         self._next_walk = -math.inf  # the `now` from which logdirs are walked again
         self._access_denied_logged = False
         self._tails: dict[str, _Tail] = {}  # by real path
@@ -174,7 +177,7 @@ class EventFileSource:
         samples += self._read()
         if self._any_file:
             samples.append(Sample("nonfinite_total", float(self._nonfinite), now))
-        if self._top is not None:
+        if self._top is not None and self._track_steps():
             step, wall_time = self._top
             samples.append(Sample("train_step", float(step), now))
             samples.append(Sample("step_timestamp", wall_time, now))
@@ -228,6 +231,7 @@ class EventFileSource:
         nothing, and epoch-numbered tags (lower steps) never mix with global-step tags.
         """
         deadline = time.monotonic() + self._read_budget_seconds
+        track_steps = self._track_steps()
         streams = [tail.scalars(deadline) for tail in self._tails.values()]
         samples = []
         for scalar in heapq.merge(*streams, key=lambda s: s.wall_time):
@@ -238,7 +242,9 @@ class EventFileSource:
             if self._top is not None and scalar.step <= self._top[0]:
                 continue
             self._top = (scalar.step, scalar.wall_time)
-            if previous is not None:  # its step is below the old top, so below this one
+            if (
+                previous is not None and track_steps
+            ):  # its step is below the old top, so below this one
                 seconds = (scalar.wall_time - previous[1]) / (scalar.step - previous[0])
                 if seconds > 0:
                     samples.append(Sample("step_seconds", seconds, scalar.wall_time))

@@ -1,0 +1,475 @@
+"""The channel: one shared-memory ring file per hooked process, from the hook to the monitor.
+
+The in-process hook (the writer) appends fixed-size records to a memory-mapped file; the
+monitor (the reader) maps the same file and copies out what is new. The writer never blocks,
+takes no lock and makes no system call per record; when nobody reads, the ring simply
+overwrites its oldest records, and the reader counts what it missed. This module knows
+nothing about what records mean (see ``driftwatch.hook.protocol``) and uses the stdlib only,
+so it is safe to import inside a training process.
+
+Files live in a private directory (``runtime_dir()``, mode 0700, refused if anyone else can
+get in) and are named ``<pid>-<round(create_time * 100)>.dwc`` with ``create_time`` as psutil
+reports it, so a monitor that knows ``(pid, create_time)`` of its target finds the right file
+and a reused PID never matches an old one. Next to each, ``<same stem>.json`` holds the
+writer's metadata, replaced atomically as a whole.
+
+Format, version 1, little-endian throughout::
+
+    header, 64 bytes
+       0  8s  magic b"DWCHAN1\\0"
+       8  u32 version (1)
+      12  u32 record size in bytes (40)
+      16  u32 capacity, in records
+      20  u32 writer pid
+      24  f64 writer create_time
+      32  u64 write_seq: how many records the writer has started, the last perhaps unfinished
+      40  reserved (zeros) up to 64
+    then ``capacity`` records of 40 bytes; record number ``seq`` (1-based) is in slot
+    ``(seq - 1) % capacity``:
+       0  u64 seq (with bit 63 set: abandoned, the writer could not encode its values)
+       8  u32 kind
+      12  u32 key
+      16  f64 t
+      24  f64 a
+      32  f64 b
+
+To write record ``n`` the writer first sets ``write_seq`` to ``n``, announcing that the slot
+of record ``n - capacity`` is being overwritten, then fills the body, then sets the record's
+``seq`` to ``n`` last. The reader copies the records up to ``write_seq``, reads
+``write_seq`` again, and counts as lost (never returns) every copied record that the
+writer may have started to overwrite meanwhile; a record whose ``seq`` is not yet the
+expected one is still being written and is retried on the next read. A lapped reader thus
+gets exactly the newest ``capacity`` records.
+
+The two ``seq`` counters are aligned 8-byte words, stored and loaded through a ``memoryview``
+of unsigned 64-bit words: each access is then a single native load or store, so a counter is
+never seen torn (``struct.pack_into`` would not do: it zero-fills its target before writing,
+so a reader could catch ``write_seq`` at 0). Native order is the file's little-endian order
+on the hosts channels support. The protocol also assumes that stores become visible in
+program order, as on x86-64; on weakly ordered CPUs such as ARM a record could, rarely, be
+seen before its body is complete.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import mmap
+import os
+import re
+import stat
+import struct
+import sys
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import NamedTuple
+
+from driftwatch.errors import DriftwatchError
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"DWCHAN1\0"
+VERSION = 1
+SUFFIX = ".dwc"
+META_SUFFIX = ".json"
+DEFAULT_CAPACITY = 65536
+
+_HEADER = struct.Struct("<8sIIIId")
+_BODY = struct.Struct("<IIddd")  # a record after its seq
+_RECORD = struct.Struct("<QIIddd")
+HEADER_SIZE = 64
+WRITE_SEQ_OFFSET = 32
+_WRITE_SEQ_WORD = WRITE_SEQ_OFFSET // 8
+RECORD_SIZE = _RECORD.size
+ABANDONED = 1 << 63
+_pack_body = _BODY.pack_into
+
+_NAME = re.compile(r"^(\d+)-(\d+)" + re.escape(SUFFIX) + "$")
+
+
+class ChannelError(DriftwatchError):
+    """A channel file or its directory cannot be used (missing, unsafe, not a channel)."""
+
+
+class Record(NamedTuple):
+    seq: int
+    kind: int
+    key: int
+    t: float
+    a: float
+    b: float
+
+
+def runtime_dir(environ: Mapping[str, str] | None = None, uid: int | None = None) -> Path:
+    """Where a process keeps its channel: ``$DRIFTWATCH_RUNTIME_DIR``,
+    ``$XDG_RUNTIME_DIR/driftwatch`` or ``/tmp/driftwatch-UID``.
+
+    By default for this process; a monitor passes its target's environment and user.
+    """
+    environ = os.environ if environ is None else environ
+    explicit = environ.get("DRIFTWATCH_RUNTIME_DIR")
+    if explicit:
+        return Path(explicit)
+    xdg = environ.get("XDG_RUNTIME_DIR")
+    if xdg:
+        return Path(xdg) / "driftwatch"
+    return Path(f"/tmp/driftwatch-{os.getuid() if uid is None else uid}")
+
+
+def ensure_private_dir(path: str | os.PathLike[str]) -> Path:
+    """Create ``path`` (mode 0700) if needed and check that only this user can get into it.
+
+    Refuses a symlink, a directory of another user, or one that group or others can enter:
+    anyone who can write there could plant or swap a channel file.
+    """
+    directory = Path(path)
+    try:
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.mkdir(directory, 0o700)
+            os.chmod(directory, 0o700)  # the umask may have removed owner bits
+        except FileExistsError:
+            pass
+        info = os.lstat(directory)
+    except OSError as err:
+        raise ChannelError(f"cannot create the channel directory {directory}: {err}") from err
+    if stat.S_ISLNK(info.st_mode):
+        raise ChannelError(
+            f"channel directory {directory} is a symbolic link; remove it or point "
+            "DRIFTWATCH_RUNTIME_DIR at a real directory"
+        )
+    if not stat.S_ISDIR(info.st_mode):
+        raise ChannelError(f"channel directory {directory} exists but is not a directory")
+    if info.st_uid != os.geteuid():
+        raise ChannelError(
+            f"channel directory {directory} belongs to uid {info.st_uid}, not to this user "
+            f"(uid {os.geteuid()}); remove it or set DRIFTWATCH_RUNTIME_DIR"
+        )
+    if info.st_mode & 0o077:
+        raise ChannelError(
+            f"channel directory {directory} is open to other users "
+            f"(mode {stat.S_IMODE(info.st_mode):04o}); run: chmod 700 {directory}"
+        )
+    return directory
+
+
+def channel_path(directory: str | os.PathLike[str], pid: int, create_time: float) -> Path:
+    """The channel file of the process ``(pid, create_time)``."""
+    return Path(directory) / f"{pid}-{round(create_time * 100)}{SUFFIX}"
+
+
+def find_channel(directory: str | os.PathLike[str], pid: int, create_time: float) -> Path | None:
+    """The channel file of ``(pid, create_time)`` if that process has one, else None."""
+    path = channel_path(directory, pid, create_time)
+    try:
+        return path if stat.S_ISREG(os.lstat(path).st_mode) else None
+    except OSError:
+        return None
+
+
+def list_channels(directory: str | os.PathLike[str]) -> list[tuple[int, float, Path]]:
+    """``(pid, create_time, path)`` of every channel file in ``directory``, by pid."""
+    directory = Path(directory)
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    except OSError as err:
+        raise ChannelError(f"cannot list the channel directory {directory}: {err}") from err
+    found = []
+    for name in names:
+        match = _NAME.match(name)
+        if match:
+            found.append((int(match.group(1)), int(match.group(2)) / 100, directory / name))
+    return sorted(found)
+
+
+def _meta_path(path: Path) -> Path:
+    return path.with_suffix(META_SUFFIX)
+
+
+class ChannelWriter:
+    """The hook's end: appends records to a channel file it created (see ``create``).
+
+    Not thread-safe, by design (the hot path takes no lock): call ``write`` from one thread.
+    """
+
+    __slots__ = ("_meta_failed", "_mm", "_seq", "_words", "capacity", "dropped", "path")
+
+    def __init__(self, path: Path, mm: mmap.mmap, capacity: int) -> None:
+        self.path = path
+        self.capacity = capacity
+        self.dropped = 0  # records that could not be written (values out of range, or closed)
+        self._mm = mm
+        self._words = memoryview(mm).cast("Q")  # for the seq counters, see the module doc
+        self._seq = 0
+        self._meta_failed = False
+
+    @classmethod
+    def create(
+        cls,
+        directory: str | os.PathLike[str],
+        pid: int,
+        create_time: float,
+        capacity: int = DEFAULT_CAPACITY,
+    ) -> ChannelWriter:
+        """Create the channel file of ``(pid, create_time)`` in ``directory`` and map it.
+
+        The file is built under a hidden temporary name and renamed into place, so a reader
+        never finds a half-initialised channel; a stale file of the same name (this process
+        re-creating its channel) is replaced.
+        """
+        if not 1 <= capacity <= 0xFFFFFFFF:
+            raise ValueError(f"capacity must be between 1 and 2**32 - 1, not {capacity}")
+        _require_little_endian()
+        path = channel_path(directory, pid, create_time)
+        temporary = path.with_name(f".{path.name}.tmp")
+        size = HEADER_SIZE + capacity * RECORD_SIZE
+        try:
+            _refuse_foreign(path)
+            _refuse_foreign(temporary)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temporary)  # left by an earlier attempt of this process
+            fd = os.open(temporary, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_NOFOLLOW, 0o600)
+        except OSError as err:
+            raise ChannelError(f"cannot create the channel file {path}: {err}") from err
+        try:
+            try:
+                os.ftruncate(fd, size)
+                mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            finally:
+                os.close(fd)
+            _HEADER.pack_into(mm, 0, MAGIC, VERSION, RECORD_SIZE, capacity, pid, create_time)
+            os.replace(temporary, path)
+        except OSError as err:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise ChannelError(f"cannot create the channel file {path}: {err}") from err
+        return cls(path, mm, capacity)
+
+    def write(self, kind: int, key: int, t: float, a: float = 0.0, b: float = 0.0) -> None:
+        """Append one record; the hot path: no system call, no lock, never raises."""
+        seq = self._seq + 1
+        offset = HEADER_SIZE + (self._seq % self.capacity) * RECORD_SIZE
+        words = self._words
+        try:
+            words[_WRITE_SEQ_WORD] = seq
+            _pack_body(self._mm, offset + 8, kind, key, t, a, b)
+            words[offset >> 3] = seq
+        except (struct.error, TypeError, ValueError):
+            self._abandon(offset, seq)
+            return
+        self._seq = seq
+
+    def _abandon(self, offset: int, seq: int) -> None:
+        """Give up a record whose values do not fit the format, or written after ``close``.
+
+        Monitoring must never break training: the record is only counted in ``dropped``,
+        and its slot is marked so that readers skip it instead of waiting for it.
+        """
+        self.dropped += 1
+        self._seq = seq
+        with contextlib.suppress(ValueError):  # the mapping is closed
+            self._words[offset >> 3] = seq | ABANDONED
+
+    def set_meta(self, meta: dict[str, object]) -> None:
+        """Replace the metadata sidecar atomically; problems are logged once, never raised."""
+        meta_path = _meta_path(self.path)
+        try:
+            text = json.dumps(meta, default=str)
+            fd, temporary = tempfile.mkstemp(
+                prefix=f".{meta_path.name}.", suffix=".tmp", dir=meta_path.parent
+            )
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as out:
+                    out.write(text)
+                os.replace(temporary, meta_path)
+            except BaseException:
+                os.unlink(temporary)
+                raise
+        except (OSError, TypeError, ValueError) as err:
+            if not self._meta_failed:
+                self._meta_failed = True
+                log.warning("driftwatch: cannot write the channel metadata %s: %s", meta_path, err)
+
+    def close(self, unlink: bool = False) -> None:
+        """Unmap the channel; with ``unlink``, also remove its files. Later writes are dropped."""
+        self._words.release()
+        self._mm.close()
+        if unlink:
+            for path in (self.path, _meta_path(self.path)):
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
+                except OSError as err:
+                    log.warning("driftwatch: cannot remove %s: %s", path, err)
+
+
+class NullWriter:
+    """Stands in for a ``ChannelWriter`` when no channel could be opened: does nothing."""
+
+    path: Path | None = None
+
+    def write(self, kind: int, key: int, t: float, a: float = 0.0, b: float = 0.0) -> None:
+        pass
+
+    def set_meta(self, meta: dict[str, object]) -> None:
+        pass
+
+    def close(self, unlink: bool = False) -> None:
+        pass
+
+
+def open_writer(
+    pid: int, create_time: float, directory: str | os.PathLike[str] | None = None
+) -> ChannelWriter | NullWriter:
+    """The channel writer of this process, or a ``NullWriter`` (with one warning) if impossible.
+
+    Never raises: a monitoring problem must not disturb training.
+    """
+    try:
+        private = ensure_private_dir(runtime_dir() if directory is None else directory)
+        return ChannelWriter.create(private, pid, create_time)
+    except (ChannelError, OSError) as err:
+        log.warning("driftwatch: monitoring channel disabled, records are not sent: %s", err)
+        return NullWriter()
+
+
+def _require_little_endian() -> None:
+    if sys.byteorder != "little":
+        raise ChannelError("driftwatch channels need a little-endian host")
+
+
+def _refuse_foreign(path: Path) -> None:
+    """Raise ``ChannelError`` if a file at ``path``, which we are about to replace, is not ours."""
+    try:
+        owner = os.lstat(path).st_uid
+    except FileNotFoundError:
+        return
+    if owner != os.geteuid():
+        raise ChannelError(f"{path} exists and belongs to uid {owner}; remove it")
+
+
+class ChannelReader:
+    """The monitor's end: copies out the records written since the last ``read``."""
+
+    def __init__(
+        self, path: Path, mm: mmap.mmap, capacity: int, pid: int, create_time: float
+    ) -> None:
+        self.path = path
+        self.capacity = capacity
+        self.pid = pid  # of the writer, as it wrote into the header
+        self.create_time = create_time
+        self.lost_total = 0
+        self._mm = mm
+        self._words = memoryview(mm).cast("Q")  # for the seq counters, see the module doc
+        # Start with the oldest record still in the ring: what was overwritten before this
+        # reader existed was not lost by it.
+        self._next = max(1, self._head() - capacity + 1)  # seq of the next record to return
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str]) -> ChannelReader:
+        """Map the channel file ``path`` read-only, after checking it is a safe, valid channel."""
+        path = Path(path)
+        _require_little_endian()
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except FileNotFoundError as err:
+            raise ChannelError(f"no channel file {path} (is the hook running?)") from err
+        except OSError as err:
+            if os.path.islink(path):
+                raise ChannelError(f"channel file {path} is a symbolic link; refusing it") from err
+            raise ChannelError(f"cannot open the channel file {path}: {err}") from err
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise ChannelError(f"{path} is not a regular file")
+            euid = os.geteuid()
+            if euid != 0 and info.st_uid != euid:
+                raise ChannelError(
+                    f"channel file {path} is owned by uid {info.st_uid}, not by this user "
+                    f"(uid {euid}); refusing it"
+                )
+            if info.st_size < HEADER_SIZE:
+                raise ChannelError(f"{path} is not a driftwatch channel (too short)")
+            mm = mmap.mmap(fd, info.st_size, mmap.MAP_SHARED, mmap.PROT_READ)
+        except OSError as err:
+            raise ChannelError(f"cannot map the channel file {path}: {err}") from err
+        finally:
+            os.close(fd)
+        magic, version, record_size, capacity, pid, create_time = _HEADER.unpack_from(mm, 0)
+        problem = None
+        if magic != MAGIC:
+            problem = "not a driftwatch channel (bad magic)"
+        elif version != VERSION or record_size != RECORD_SIZE:
+            problem = (
+                f"channel format version {version} with {record_size}-byte records; "
+                f"this driftwatch reads version {VERSION} ({RECORD_SIZE}-byte records)"
+            )
+        elif capacity < 1 or info.st_size != HEADER_SIZE + capacity * RECORD_SIZE:
+            problem = f"size {info.st_size} does not match its capacity of {capacity} records"
+        if problem is not None:
+            mm.close()
+            raise ChannelError(f"{path}: {problem}")
+        return cls(path, mm, capacity, pid, create_time)
+
+    def _head(self) -> int:
+        """``write_seq``: the newest record the writer has started (perhaps not finished)."""
+        seq: int = self._words[_WRITE_SEQ_WORD]
+        return seq
+
+    def read(self) -> tuple[list[Record], int]:
+        """The records written since the previous read, in order, and how many were lost.
+
+        Lost records are those the writer overwrote before they were read; reading goes on
+        from the oldest record still in the ring. Records the writer abandoned are skipped.
+        """
+        head = self._head()
+        first = max(self._next, head - self.capacity + 1)
+        lost = first - self._next
+        count = head - first + 1
+        if count <= 0:
+            self.lost_total += lost
+            return [], lost
+        slot = (first - 1) % self.capacity
+        start = HEADER_SIZE + slot * RECORD_SIZE
+        end = start + count * RECORD_SIZE
+        if slot + count <= self.capacity:
+            data = self._mm[start:end]
+        else:  # wraps around the end of the ring
+            data = self._mm[start:] + self._mm[HEADER_SIZE : end - self.capacity * RECORD_SIZE]
+        # The writer may have started to overwrite any record it has announced since.
+        oldest_intact = self._head() - self.capacity + 1
+        records = []
+        expected = first
+        for fields in _RECORD.iter_unpack(data):
+            if expected < oldest_intact:
+                lost += 1
+            elif fields[0] == expected:
+                records.append(Record._make(fields))
+            elif fields[0] != expected | ABANDONED:
+                break  # announced but not complete yet: retry it next time
+            expected += 1
+        self._next = expected
+        self.lost_total += lost
+        return records, lost
+
+    def meta(self) -> dict[str, object]:
+        """The writer's metadata sidecar; empty if missing or malformed."""
+        meta_path = _meta_path(self.path)
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as err:
+            log.debug("no usable channel metadata in %s: %s", meta_path, err)
+            return {}
+        if not isinstance(meta, dict):
+            log.debug("channel metadata in %s is not an object", meta_path)
+            return {}
+        return meta
+
+    def close(self) -> None:
+        self._words.release()
+        self._mm.close()

@@ -1,0 +1,99 @@
+"""Zero-code injection: add ``DriftwatchCallback`` to every ``keras.Model.fit``.
+
+``driftwatch run`` puts ``driftwatch/hook/inject`` on the child's ``PYTHONPATH``; its
+``sitecustomize`` calls ``install()``, which waits for the job to import Keras (a meta-path
+finder, so a job that never uses Keras pays nothing) and then wraps ``Model.fit``, as
+MLflow's autolog does. A ``fit`` that already has a ``DriftwatchCallback`` is left alone.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import importlib.machinery
+import inspect
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+DISABLE_ENV = "DRIFTWATCH_HOOK"
+"""Set to ``0`` to turn the injection off for one job."""
+RUN_ENV = "DRIFTWATCH_RUN"
+"""The run name ``driftwatch run`` chose, so the hook's and the monitor's agree."""
+_PATCHED = "__driftwatch_patched__"
+
+
+def patch_fit(model_class: Any) -> None:
+    """Wrap ``model_class.fit`` so it always runs with a ``DriftwatchCallback`` first."""
+    original = model_class.fit
+    if getattr(original, _PATCHED, False):
+        return
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def fit(*args: Any, **kwargs: Any) -> Any:
+        from driftwatch.hook.keras import DriftwatchCallback
+
+        bound = signature.bind(*args, **kwargs)
+        callbacks = list(bound.arguments.get("callbacks") or [])
+        if not any(isinstance(c, DriftwatchCallback) for c in callbacks):
+            # First: its batch-end then runs right after Keras syncs the step's results.
+            callbacks.insert(0, DriftwatchCallback(run=os.environ.get(RUN_ENV)))
+        bound.arguments["callbacks"] = callbacks
+        return original(*bound.args, **bound.kwargs)
+
+    setattr(fit, _PATCHED, True)
+    model_class.fit = fit
+
+
+class _PatchAfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Lets ``keras`` import normally, then patches it; removes itself afterwards."""
+
+    def __init__(self) -> None:
+        self._loader: importlib.abc.Loader | None = None
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != "keras":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return None
+        self._loader = spec.loader
+        spec.loader = self
+        return spec
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        assert self._loader is not None
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        assert self._loader is not None
+        self._loader.exec_module(module)
+        sys.meta_path.remove(self)
+        _guarded(lambda: patch_fit(module.Model))
+
+
+def _guarded(action: Callable[[], None]) -> None:
+    """Run ``action``; a failure disables driftwatch's hook, never the job."""
+    try:
+        action()
+    except Exception as err:  # noqa: BLE001 - the job must start even if the hook cannot
+        print(f"driftwatch: hook not installed: {err!r}", file=sys.stderr)
+
+
+def install() -> None:
+    """Arrange for ``keras.Model.fit`` to be patched, now or when Keras is imported."""
+    if os.environ.get(DISABLE_ENV) == "0":
+        return
+    keras = sys.modules.get("keras")
+    if keras is not None:
+        _guarded(lambda: patch_fit(keras.Model))
+    else:
+        sys.meta_path.insert(0, _PatchAfterImport())

@@ -1,0 +1,214 @@
+"""``Hook``: times training steps from inside the job and sends them to the channel.
+
+The per-step path does two clock reads (vDSO, no syscall), a few attribute updates and one
+record into the channel's shared memory: no locks, no device syncs. Probes run every
+``probe_every_steps`` steps or ``probe_every_seconds`` seconds, whichever comes first.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import os
+import sys
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+from driftwatch.channel import ChannelWriter, NullWriter, open_writer
+from driftwatch.hook.probes import Reading, TensorflowProbes
+from driftwatch.hook.protocol import SERIES_META, Kind
+from driftwatch.series import Labels
+from driftwatch.target import default_run_name
+
+log = logging.getLogger(__name__)
+
+
+@functools.cache
+def _process_writer(pid: int, channel_dir: str | None) -> ChannelWriter | NullWriter:
+    """One channel per process, however many hooks it creates (keyed by pid: a forked child
+    must not write into its parent's ring)."""
+    import psutil
+
+    return open_writer(pid, psutil.Process(pid).create_time(), channel_dir)
+
+
+class Hook:
+    """Times the steps of a training loop: ``with hook.step(): train_step(batch)``.
+
+    Works alone or with a daemon: records go to a per-process channel file that
+    ``driftwatch attach``/``run``/``daemon`` read; with ``listen="127.0.0.1:PORT"`` the
+    process also serves its own ``/metrics``.
+    """
+
+    def __init__(
+        self,
+        *,
+        run: str | None = None,
+        probe_every_steps: int = 100,
+        probe_every_seconds: float = 10.0,
+        listen: str | None = None,
+        channel_dir: str | None = None,
+    ) -> None:
+        if probe_every_steps < 1 or not probe_every_seconds > 0:
+            raise ValueError("probe_every_steps must be >= 1 and probe_every_seconds > 0")
+        self.run = run or default_run_name([sys.executable, *sys.argv], "python")
+        self.probe_every_steps = probe_every_steps
+        self.probe_every_seconds = probe_every_seconds
+        self.global_step = 0
+        self.nonfinite = 0
+        self._probes: TensorflowProbes | None = TensorflowProbes()
+        self._series: dict[tuple[str, Labels], int] = {}
+        self._meta: dict[str, object] = {"run": self.run, "pid": os.getpid(), SERIES_META: []}
+        # Wall time is derived from the monotonic clock: one clock read per event.
+        self._perf0 = time.perf_counter()
+        self._wall0 = time.time()
+        self._period_start = math.nan  # NaN: no period open (start, or after a boundary)
+        self._period_steps = 0
+        self._idle_since = math.nan
+        self._next_probe_step = probe_every_steps
+        self._next_probe_time = self._perf0 + probe_every_seconds
+        self._writer = _process_writer(os.getpid(), channel_dir)
+        self._writer.set_meta(self._meta)
+        self._server: Any = None
+        if listen is not None:
+            from driftwatch.hook.serve import serve_in_process
+
+            self._server = serve_in_process(self._writer, self.run, listen)
+
+    # -- the per-step path -------------------------------------------------------------
+
+    def step(self) -> Hook:
+        """The context manager around one training step (the hook itself: no allocation)."""
+        return self
+
+    def __enter__(self) -> Hook:
+        self.step_started(time.perf_counter())
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.step_ended(time.perf_counter())
+
+    def step_started(self, now: float, steps: int = 1) -> None:
+        """A call of the train step that will run ``steps`` steps starts at ``now``.
+
+        Closes the previous period (start to start) and writes its ``STEP`` record.
+        """
+        start = self._period_start
+        if start == start:  # not NaN: a period is open
+            idle = self._idle_since
+            gap = now - idle if idle == idle else 0.0
+            steps = self._period_steps
+            self._writer.write(
+                Kind.STEP,
+                self.global_step,
+                self._wall0 + (now - self._perf0),
+                (now - start) / steps,
+                gap / steps,
+            )
+        self._period_start = now
+        self._period_steps = steps
+        self.global_step += steps
+        self._idle_since = math.nan
+
+    def step_ended(self, now: float) -> None:
+        """The train step's result is in hand at ``now``; host work outside it starts."""
+        if self.global_step >= self._next_probe_step or now >= self._next_probe_time:
+            self.probe()
+            now = time.perf_counter()  # the probe's own cost is not the job's host work
+        self._idle_since = now
+
+    # -- less frequent events ----------------------------------------------------------
+
+    def boundary(self) -> None:
+        """Close the current period without a record: an epoch end or validation follows."""
+        self._period_start = math.nan
+        self._idle_since = math.nan
+
+    def epoch_ended(self, epoch: int, seconds: float, validation_seconds: float) -> None:
+        self._writer.write(Kind.EPOCH, epoch, self._wall(), seconds, validation_seconds)
+
+    def check_finite(self, value: Any, name: str = "loss") -> bool:
+        """Whether a host value (float, NumPy array) is all finite; counts and reports it."""
+        try:
+            finite = math.isfinite(value)
+        except TypeError:
+            import numpy as np
+
+            finite = bool(np.isfinite(value).all())
+        if not finite:
+            self.nonfinite += 1
+            if "first_nonfinite" not in self._meta:
+                self._meta["first_nonfinite"] = {"step": self.global_step, "name": name}
+                self._writer.set_meta(self._meta)
+            self._send([("hook_nonfinite_total", (), float(self.nonfinite))])
+        return finite
+
+    def watch_function(self, fn: Callable[..., Any]) -> None:
+        """Count retracing of the ``tf.function`` behind ``fn`` (e.g. your train step)."""
+        if self._probes is not None:
+            self._probes.watch(fn)
+
+    def probe(self) -> None:
+        """Read the TensorFlow probes now and send their values."""
+        now = time.perf_counter()
+        self._next_probe_step = self.global_step + self.probe_every_steps
+        self._next_probe_time = now + self.probe_every_seconds
+        if self._probes is None:
+            return
+        try:
+            readings = self._probes.read()
+        except ImportError:
+            log.info("driftwatch: TensorFlow is not importable: no allocator or tracing probes")
+            self._probes = None
+            return
+        self._send(readings)
+
+    def close(self) -> None:
+        """Flush a last probe and stop serving; the process's channel stays open."""
+        self.probe()
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+
+    # -- helpers -----------------------------------------------------------------------
+
+    def _wall(self) -> float:
+        return self._wall0 + (time.perf_counter() - self._perf0)
+
+    def _send(self, readings: list[Reading]) -> None:
+        t = self._wall()
+        for series, labels, value in readings:
+            key = self._series.get((series, labels))
+            if key is None:
+                key = self._series[(series, labels)] = len(self._series)
+                series_list = self._meta[SERIES_META]
+                assert isinstance(series_list, list)
+                series_list.append([series, dict(labels)])
+                self._writer.set_meta(self._meta)  # before any record refers to the key
+            self._writer.write(Kind.VALUE, key, t, value)
+
+
+_shared: Hook | None = None
+
+
+def shared_hook(**config: Any) -> Hook:
+    """The hook every ``DriftwatchCallback`` of this process uses, created by the first.
+
+    ``fit`` is often called many times (one epoch each, or per hyperparameter trial): one
+    hook keeps the step count and the ``/metrics`` server continuous across calls. Later
+    callers' ``config`` is ignored.
+    """
+    global _shared
+    if _shared is None:
+        _shared = Hook(**config)
+    elif config:
+        log.debug("driftwatch: reusing this process's hook; ignoring %s", config)
+    return _shared

@@ -1,0 +1,96 @@
+"""TensorFlow probes run every N steps or T seconds: allocator memory and tracing counts.
+
+Each probe handles its own error forms and switches itself off, logging once, rather than
+disturb training.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from driftwatch.series import Labels
+
+log = logging.getLogger(__name__)
+
+Reading = tuple[str, Labels, float]
+"""(series, labels, value)."""
+
+MAX_UNWRAP_DEPTH = 6
+
+
+def traced_functions(fn: Callable[..., Any]) -> Iterator[Any]:
+    """The ``tf.function`` objects behind ``fn``: itself, or reachable through ``__wrapped__``
+    and closures (Keras 3 wraps its ``tf.function`` train step in plain Python functions)."""
+    seen: set[int] = set()
+    pending: list[tuple[Any, int]] = [(fn, 0)]
+    while pending:
+        obj, depth = pending.pop()
+        if id(obj) in seen or depth > MAX_UNWRAP_DEPTH:
+            continue
+        seen.add(id(obj))
+        if hasattr(obj, "experimental_get_tracing_count"):
+            yield obj
+            continue
+        wrapped = getattr(obj, "__wrapped__", None)
+        if wrapped is not None:
+            pending.append((wrapped, depth + 1))
+        for cell in getattr(obj, "__closure__", None) or ():
+            try:
+                content = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            if callable(content):
+                pending.append((content, depth + 1))
+
+
+class TensorflowProbes:
+    """Reads ``get_memory_info`` of every device that tracks it, and tracing counts."""
+
+    def __init__(self) -> None:
+        self._devices: list[str] | None = None  # resolved on the first read
+        self._functions: list[Any] = []
+
+    def watch(self, fn: Callable[..., Any]) -> None:
+        """Count the retracing of the ``tf.function`` objects behind ``fn``."""
+        for function in traced_functions(fn):
+            if all(function is not known for known in self._functions):
+                self._functions.append(function)
+
+    def read(self) -> list[Reading]:
+        readings = self._memory()
+        if self._functions:
+            count = sum(int(f.experimental_get_tracing_count()) for f in self._functions)
+            readings.append(("tracing_count", (), float(count)))
+        return readings
+
+    def _memory(self) -> list[Reading]:
+        import tensorflow as tf
+
+        if self._devices is None:
+            self._devices = [
+                d.name.removeprefix("/device:")
+                for d in tf.config.list_logical_devices()
+                if d.device_type in ("CPU", "GPU")
+            ]
+        readings: list[Reading] = []
+        for device in list(self._devices):
+            try:
+                info = tf.config.experimental.get_memory_info(device)
+            except (ValueError, tf.errors.OpError) as err:
+                # "No matching devices" (device gone) or an allocator that keeps no stats.
+                self._drop(device, str(err))
+                continue
+            if info["peak"] == 0:  # the plain CPU allocator answers zeros: it is not tracking
+                self._drop(device, "its allocator keeps no statistics")
+                continue
+            labels = (("device", device),)
+            readings.append(("tf_allocator_current_bytes", labels, float(info["current"])))
+            readings.append(("tf_allocator_peak_bytes", labels, float(info["peak"])))
+        return readings
+
+    def _drop(self, device: str, why: str) -> None:
+        assert self._devices is not None
+        self._devices.remove(device)
+        log.info("driftwatch: not reading TensorFlow memory of %s: %s", device, why)

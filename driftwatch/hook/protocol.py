@@ -1,0 +1,28 @@
+"""What the hook writes into its channel, shared by the writer (hook) and the reader (source).
+
+Stdlib only: the monitoring side imports this without TensorFlow.
+
+Records are ``(kind, key, t, a, b)`` with ``t`` in unix seconds:
+
+- ``STEP``: one per train-function call, written when the next one starts. ``key`` is the
+  global step reached, ``a`` the wall-clock seconds per step over the period (start to next
+  start, divided by the steps it ran), ``b`` the seconds per step of that period spent
+  outside the train step (other callbacks, input pipeline, host work).
+- ``VALUE``: a probed value; ``key`` indexes ``meta["series"]``, a list of
+  ``[series, {label: value}]`` pairs; ``a`` is the value.
+- ``EPOCH``: ``key`` the epoch index, ``a`` its wall-clock seconds, ``b`` of which validation.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class Kind(enum.IntEnum):
+    STEP = 1
+    VALUE = 2
+    EPOCH = 3
+
+
+SERIES_META = "series"
+"""Meta key: the list of ``[series, labels]`` that ``VALUE`` records index."""

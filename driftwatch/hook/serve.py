@@ -1,0 +1,67 @@
+"""``listen=``: the training process serves its own ``/metrics``, no daemon needed.
+
+A background thread runs the same monitor ``driftwatch attach`` would, on this process and
+on the hook's own channel. Problems here are logged, never raised into training.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+from driftwatch.channel import ChannelWriter, NullWriter
+from driftwatch.detect.basic import NonFiniteDetector, StallDetector
+from driftwatch.errors import DriftwatchError
+from driftwatch.export.http import MetricsServer, parse_listen
+from driftwatch.export.prometheus import metrics_app
+from driftwatch.monitor import Monitor, watch
+from driftwatch.sources import Source
+from driftwatch.sources.hook import HookSource
+from driftwatch.sources.process import ProcessSource
+from driftwatch.target import Target
+
+log = logging.getLogger(__name__)
+
+SAMPLE_INTERVAL_SECONDS = 2.0
+
+
+class InProcessServer:
+    def __init__(self, monitor: Monitor, server: MetricsServer) -> None:
+        self._stop = threading.Event()
+        self._server = server
+        self._thread = threading.Thread(
+            target=watch,
+            args=(monitor, SAMPLE_INTERVAL_SECONDS, self._stop),
+            name="driftwatch-sampler",
+            daemon=True,
+        )
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return self._server.url
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._server.close()
+
+
+def serve_in_process(
+    writer: ChannelWriter | NullWriter, run: str, listen: str
+) -> InProcessServer | None:
+    """Start sampling this process and serving ``/metrics`` on ``listen``; None on failure."""
+    try:
+        host, port = parse_listen(listen)
+        target = Target.attach(os.getpid())
+        sources: list[Source] = [ProcessSource(target)]
+        if isinstance(writer, ChannelWriter):
+            sources.append(HookSource(writer.path.parent, target.pid, target.info.create_time))
+        monitor = Monitor(run, target.info, sources, [NonFiniteDetector(), StallDetector()])
+        server = MetricsServer(metrics_app(lambda: [monitor.snapshot]), host, port, run)
+    except DriftwatchError as err:
+        log.warning("driftwatch: not serving /metrics from this process: %s", err)
+        return None
+    log.info("driftwatch: serving %s", server.url)
+    return InProcessServer(monitor, server)

@@ -1,0 +1,86 @@
+"""Hook source: what the in-process hook wrote into the target's channel, as samples.
+
+The channel appears when the job starts training, possibly long after monitoring began, so
+the source looks for it on every tick until it is found.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from driftwatch.channel import ChannelError, ChannelReader, find_channel
+from driftwatch.hook.protocol import SERIES_META, Kind
+from driftwatch.series import Labels, Sample
+
+log = logging.getLogger(__name__)
+
+
+class HookSource:
+    """Reads the hook's channel of one process, identified by ``(pid, create_time)``."""
+
+    name = "hook"
+
+    def __init__(self, directory: Path, pid: int, create_time: float) -> None:
+        self._directory = directory
+        self._pid = pid
+        self._create_time = create_time
+        self._reader: ChannelReader | None = None
+        self._series: list[tuple[str, Labels]] = []
+
+    @property
+    def connected(self) -> bool:
+        """Whether the target has a hook whose channel is being read."""
+        return self._reader is not None
+
+    def sample(self, now: float) -> list[Sample]:
+        reader = self._reader or self._connect()
+        if reader is None:
+            return []
+        records, _lost = reader.read()
+        samples: list[Sample] = []
+        last_step = None
+        for record in records:
+            if record.kind == Kind.STEP:
+                samples.append(Sample("step_seconds", record.a, record.t))
+                samples.append(Sample("step_gap_seconds", record.b, record.t))
+                last_step = record
+            elif record.kind == Kind.VALUE:
+                series = self._series_at(reader, record.key)
+                if series is not None:
+                    samples.append(Sample(series[0], record.a, record.t, series[1]))
+            elif record.kind == Kind.EPOCH:
+                samples.append(Sample("epoch_seconds", record.a, record.t))
+                samples.append(Sample("validation_seconds", record.b, record.t))
+        if last_step is not None:
+            samples.append(Sample("train_step", float(last_step.key), now))
+            samples.append(Sample("step_timestamp", last_step.t, now))
+        samples.append(Sample("hook_records_lost_total", float(reader.lost_total), now))
+        return samples
+
+    def _connect(self) -> ChannelReader | None:
+        path = find_channel(self._directory, self._pid, self._create_time)
+        if path is None:
+            return None
+        try:
+            self._reader = ChannelReader.open(path)
+        except ChannelError as err:
+            log.warning("cannot read the hook's channel: %s", err)
+            return None
+        log.info("reading the hook's channel %s", path)
+        return self._reader
+
+    def _series_at(self, reader: ChannelReader, key: int) -> tuple[str, Labels] | None:
+        if key >= len(self._series):  # a series the hook added since: refresh the table
+            table = reader.meta().get(SERIES_META)
+            if isinstance(table, list):
+                self._series = [
+                    (str(name), tuple(sorted((str(k), str(v)) for k, v in labels.items())))
+                    for name, labels in table
+                ]
+        return self._series[key] if key < len(self._series) else None
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
