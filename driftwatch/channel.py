@@ -190,6 +190,17 @@ def _meta_path(path: Path) -> Path:
     return path.with_suffix(META_SUFFIX)
 
 
+def remove_channel(path: Path) -> None:
+    """Remove a channel and its metadata, e.g. once its writer has exited; logs failures."""
+    for part in (path, _meta_path(path)):
+        try:
+            os.unlink(part)
+        except FileNotFoundError:
+            pass
+        except OSError as err:
+            log.warning("driftwatch: cannot remove %s: %s", part, err)
+
+
 class ChannelWriter:
     """The hook's end: appends records to a channel file it created (see ``create``).
 
@@ -299,13 +310,7 @@ class ChannelWriter:
         self._words.release()
         self._mm.close()
         if unlink:
-            for path in (self.path, _meta_path(self.path)):
-                try:
-                    os.unlink(path)
-                except FileNotFoundError:
-                    pass
-                except OSError as err:
-                    log.warning("driftwatch: cannot remove %s: %s", path, err)
+            remove_channel(self.path)
 
 
 class NullWriter:

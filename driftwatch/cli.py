@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.live import Live
 
 from driftwatch import __version__
-from driftwatch.channel import runtime_dir
+from driftwatch.channel import channel_path, remove_channel, runtime_dir
 from driftwatch.detect.basic import NonFiniteDetector, StallDetector
 from driftwatch.doctor import run_checks
 from driftwatch.errors import DriftwatchError, TargetGone, UsageError
@@ -246,11 +246,21 @@ def run(
     hook: Annotated[
         bool, typer.Option(help="Inject the in-process hook into Keras's fit (no code change).")
     ] = True,
+    cpu_allocator_stats: Annotated[
+        bool,
+        typer.Option(
+            help="Make TensorFlow's CPU allocator keep statistics (TF_CPU_ALLOCATOR_USE_BFC), "
+            "so TF memory is reported on CPU too. It changes the allocator the job uses."
+        ),
+    ] = False,
 ) -> None:
     """Run a training command under driftwatch, with the hook injected; exit with its code."""
     options = WatchOptions.parse(interval, listen, logdir, findings, run)
     run_name = options.run or default_run_name(command, Path(command[0]).name)
-    child = launch(command, child_environment(dict(os.environ), hook, run_name))
+    env = child_environment(dict(os.environ), hook, run_name)
+    if cpu_allocator_stats:
+        env["TF_CPU_ALLOCATOR_USE_BFC"] = "true"
+    child = launch(command, env)
     assert child.stderr is not None
     pump = StderrPump(child.stderr, sys.stderr.buffer)
     with forwarding_signals(child):
@@ -262,6 +272,10 @@ def run(
             raise typer.Exit(exit_code(child.returncode)) from None
         monitor, reason, started = _watch(target, run_name, options, [pump], threading.Event())
         child.wait()
+    # The job is gone: its channel has no reader left to serve.
+    remove_channel(
+        channel_path(runtime_dir(env, target.info.uid), child.pid, target.info.create_time)
+    )
     ended = reason or "stopped"
     print(summary(monitor.snapshot, monitor.store, monitor.reported.values(), ended, started))
     raise typer.Exit(exit_code(child.returncode))

@@ -74,10 +74,8 @@ class _Reader:
     def history(self, series: str, labels: Labels = ()) -> SeriesHistory | None:
         return self.store.get((series, labels))
 
-    def gpu_labels(self) -> list[Labels]:
-        return sorted(
-            labels for name, labels in self.snapshot.values if name == "gpu_process_memory_bytes"
-        )
+    def labels_of(self, series: str) -> list[Labels]:
+        return sorted(labels for name, labels in self.snapshot.values if name == series)
 
 
 def signal_rows(snapshot: Snapshot, store: Store) -> list[tuple[str, str]]:
@@ -92,7 +90,7 @@ def signal_rows(snapshot: Snapshot, store: Store) -> list[tuple[str, str]]:
         ("CPU", f"{cpu:.0f}%" if math.isfinite(cpu) else "-"),
         ("threads / fds", f"{r.value('threads'):.0f} / {r.value('open_fds'):.0f}"),
     ]
-    for labels in r.gpu_labels():
+    for labels in r.labels_of("gpu_process_memory_bytes"):
         gpu = dict(labels)["gpu"]
         used = r.value("gpu_process_memory_bytes", labels)
         total = r.value("gpu_memory_total_bytes", labels)
@@ -118,8 +116,28 @@ def signal_rows(snapshot: Snapshot, store: Store) -> list[tuple[str, str]]:
                 f"({rate:.1f} steps/s)",
             )
         )
-    nonfinite = r.value("nonfinite_total")
-    if math.isfinite(nonfinite) and nonfinite > 0:
+    gap = r.value("step_gap_seconds")
+    if math.isfinite(gap) and step_seconds > 0:
+        rows.append(("outside the step", f"{human_seconds(gap)}/step ({gap / step_seconds:.0%})"))
+    for labels in r.labels_of("tf_allocator_current_bytes"):
+        device = dict(labels)["device"]
+        rows.append(
+            (
+                f"TF memory {device}",
+                f"{human_bytes(r.value('tf_allocator_current_bytes', labels))} "
+                f"(peak {human_bytes(r.value('tf_allocator_peak_bytes', labels))})",
+            )
+        )
+    traces = r.value("tracing_count")
+    warnings = r.value("retracing_warnings_total")
+    if math.isfinite(traces) or (math.isfinite(warnings) and warnings > 0):
+        shown = [f"{traces:.0f} traces"] if math.isfinite(traces) else []
+        if math.isfinite(warnings) and warnings > 0:
+            shown.append(f"{warnings:.0f} retracing warnings")
+        rows.append(("tf.function", ", ".join(shown)))
+    counts = [r.value(s) for s in ("nonfinite_total", "hook_nonfinite_total")]
+    nonfinite = max((c for c in counts if math.isfinite(c)), default=0.0)
+    if nonfinite > 0:
         rows.append(("non-finite values", f"{nonfinite:.0f}"))
     return rows
 
