@@ -1,0 +1,222 @@
+"""The Keras callback and the custom-loop hook, in this process, read back from the channel."""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+import pytest
+
+from driftwatch.channel import ChannelReader, Record, find_channel
+from driftwatch.hook import core
+from driftwatch.hook.protocol import SERIES_META, Kind
+
+pytestmark = pytest.mark.tf
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402 - after quieting TensorFlow's start-up logging
+import tensorflow as tf  # noqa: E402
+from keras.src.callbacks import callback_list  # noqa: E402
+
+from driftwatch.keras import DriftwatchCallback  # noqa: E402
+
+FEATURES = 8
+
+
+@pytest.fixture
+def channel_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A fresh channel directory and no process-wide hook left over from another test."""
+    monkeypatch.setattr(core, "_shared", None)
+    directory = tmp_path / "runtime"
+    yield directory
+    if core._shared is not None:
+        core._shared.close()
+
+
+def read_channel(directory: Path) -> tuple[list[Record], dict[str, Any]]:
+    path = find_channel(directory, os.getpid(), psutil.Process().create_time())
+    assert path is not None, f"no channel in {directory}"
+    reader = ChannelReader.open(path)
+    try:
+        records, lost = reader.read()
+        assert lost == 0
+        return records, reader.meta()
+    finally:
+        reader.close()
+
+
+def values_of(records: list[Record], meta: dict[str, Any], series: str) -> list[float]:
+    keys = {i for i, (name, _labels) in enumerate(meta[SERIES_META]) if name == series}
+    return [r.a for r in records if r.kind == Kind.VALUE and r.key in keys]
+
+
+def small_model(steps_per_execution: int = 1) -> Any:
+    model = keras.Sequential(
+        [keras.Input((FEATURES,)), keras.layers.Dense(4), keras.layers.Dense(1)]
+    )
+    model.compile(optimizer="sgd", loss="mse", steps_per_execution=steps_per_execution)
+    return model
+
+
+def data(batches: int, batch_size: int = 8, nan: bool = False) -> tuple[Any, Any]:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(batches * batch_size, FEATURES)).astype("float32")
+    y = rng.normal(size=(batches * batch_size, 1)).astype("float32")
+    if nan:
+        y[:] = np.nan
+    return x, y
+
+
+class NaiveBatchEndCallback(keras.callbacks.Callback):  # type: ignore[misc]
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        pass
+
+
+def test_callback_keeps_async_batch_dispatch_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The TensorFlow backend is not thread-safe, so Keras never dispatches asynchronously
+    # there; pretend it is (as JAX is) to see what our callback does to the decision.
+    monkeypatch.setattr(callback_list.backend, "IS_THREAD_SAFE", True)
+    assert callback_list.CallbackList([DriftwatchCallback(channel_dir=os.devnull)])._async_train
+    # The control: an ordinary batch-end callback switches async dispatch off.
+    assert not callback_list.CallbackList([NaiveBatchEndCallback()])._async_train
+
+
+def test_fit_records_every_step_epoch_and_validation(channel_dir: Path) -> None:
+    x, y = data(batches=20)
+    callback = DriftwatchCallback(channel_dir=str(channel_dir), probe_every_steps=5)
+    small_model().fit(
+        x, y, batch_size=8, epochs=3, verbose=0, validation_split=0.2, callbacks=[callback]
+    )
+    records, meta = read_channel(channel_dir)
+    steps = [r for r in records if r.kind == Kind.STEP]
+    # 16 training batches per epoch; the first of each epoch opens a period, the rest close one.
+    assert len(steps) == 3 * 15
+    assert callback.hook.global_step == 48
+    assert [r.key for r in steps[:3]] == [1, 2, 3]
+    assert all(0 < r.a < 1 and 0 <= r.b < r.a for r in steps)
+    epochs = [r for r in records if r.kind == Kind.EPOCH]
+    assert [r.key for r in epochs] == [0, 1, 2]
+    assert all(0 < r.b < r.a for r in epochs)  # validation is part of the epoch
+    assert values_of(records, meta, "tracing_count")[-1] >= 1
+    assert meta["run"]
+    assert meta["pid"] == os.getpid()
+
+
+def test_fit_with_async_dispatch(channel_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(callback_list.backend, "IS_THREAD_SAFE", True)
+    threads: set[int] = set()
+
+    class WhereAmI(DriftwatchCallback):
+        def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+            threads.add(threading.get_ident())
+            super().on_train_batch_end(batch, logs)
+
+    x, y = data(batches=10)
+    callback = WhereAmI(channel_dir=str(channel_dir))
+    small_model().fit(x, y, batch_size=8, epochs=2, verbose=0, callbacks=[callback])
+    assert threading.get_ident() not in threads, "batch ends were not dispatched asynchronously"
+    records, _ = read_channel(channel_dir)
+    assert len([r for r in records if r.kind == Kind.STEP]) == 2 * 9
+    assert callback.hook.global_step == 20
+
+
+def test_steps_per_execution(channel_dir: Path) -> None:
+    x, y = data(batches=32)
+    callback = DriftwatchCallback(channel_dir=str(channel_dir))
+    small_model(steps_per_execution=4).fit(
+        x, y, batch_size=8, epochs=1, verbose=0, callbacks=[callback]
+    )
+    records, _ = read_channel(channel_dir)
+    steps = [r for r in records if r.kind == Kind.STEP]
+    assert [r.key for r in steps] == [4, 8, 12, 16, 20, 24, 28]  # the last period stays open
+    assert callback.hook.global_step == 32
+
+
+def test_nonfinite_loss_is_reported_with_its_first_step(channel_dir: Path) -> None:
+    x, y = data(batches=6, nan=True)
+    callback = DriftwatchCallback(channel_dir=str(channel_dir))
+    small_model().fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[callback])
+    records, meta = read_channel(channel_dir)
+    counts = values_of(records, meta, "hook_nonfinite_total")
+    assert counts
+    assert counts[-1] >= 6
+    assert meta["first_nonfinite"] == {"step": 1, "name": "loss"}
+
+
+def test_weights_check_finds_nonfinite_weights(channel_dir: Path) -> None:
+    x, y = data(batches=4)
+    model = small_model()
+    model.build((None, FEATURES))
+    kernel = model.layers[0].kernel
+    kernel.assign(np.full(kernel.shape, np.inf, dtype="float32"))
+    callback = DriftwatchCallback(channel_dir=str(channel_dir), check_weights_every=2)
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[callback])
+    _, meta = read_channel(channel_dir)
+    assert callback.hook.nonfinite > 0
+    assert "first_nonfinite" in meta
+
+
+def test_callbacks_of_several_fits_share_one_hook(channel_dir: Path) -> None:
+    x, y = data(batches=5)
+    model = small_model()
+    first = DriftwatchCallback(channel_dir=str(channel_dir))
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[first])
+    second = DriftwatchCallback(channel_dir=str(channel_dir))
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[second])
+    assert second.hook is first.hook
+    assert first.hook.global_step == 10
+    assert model.train_function.__name__ != "timed_train_function"  # unwrapped after fit
+
+
+def test_custom_loop_hook(channel_dir: Path) -> None:
+    hook = core.Hook(channel_dir=str(channel_dir), probe_every_steps=10)
+    weights = tf.Variable(tf.ones((FEATURES, 1)))
+
+    @tf.function  # type: ignore[untyped-decorator]
+    def train_step(x: Any) -> Any:
+        loss = tf.reduce_mean(tf.matmul(x, weights) ** 2)
+        weights.assign_sub(0.01 * weights)
+        return loss
+
+    hook.watch_function(train_step)
+    x, _ = data(batches=1)
+    for _ in range(30):
+        with hook.step():
+            loss = train_step(x)
+            assert hook.check_finite(float(loss))
+    assert not hook.check_finite(math.nan, "loss")
+    assert not hook.check_finite(np.array([1.0, np.inf]), "grads")
+    records, meta = read_channel(channel_dir)
+    assert len([r for r in records if r.kind == Kind.STEP]) == 29
+    assert values_of(records, meta, "tracing_count")[-1] == 1
+    assert values_of(records, meta, "hook_nonfinite_total")[-1] == 2
+    assert meta["first_nonfinite"] == {"step": 30, "name": "loss"}
+
+
+def test_callback_serves_metrics_without_a_daemon(channel_dir: Path) -> None:
+    x, y = data(batches=30)
+    callback = DriftwatchCallback(channel_dir=str(channel_dir), listen="127.0.0.1:0")
+    small_model().fit(x, y, batch_size=8, epochs=2, verbose=0, callbacks=[callback])
+    server = callback.hook._server
+    assert server is not None
+
+    def scrape() -> str:
+        with urllib.request.urlopen(server.url, timeout=10) as response:
+            body: bytes = response.read()
+        return body.decode()
+
+    from tests.conftest import wait_for
+
+    wait_for(lambda: "driftwatch_step_duration_seconds{" in scrape(), 15, "hook step series")
+    text = scrape()
+    assert "driftwatch_tf_function_traces_total{" in text
+    assert 'driftwatch_source_up{run="' in text
+    assert 'source="hook"} 1.0' in text
