@@ -1,0 +1,209 @@
+"""``driftwatch run``: launching, injection, stderr pass-through, signals and exit codes."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from driftwatch.channel import list_channels
+from tests.conftest import EXAMPLES, TF_ENV, promtool_check_metrics, run_cli, wait_for
+
+RETRACING_LINE = (
+    "WARNING:tensorflow:5 out of the last 5 calls to <function step at 0x7f> triggered "
+    "tf.function retracing. Tracing is expensive."
+)
+
+
+def start_run(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "driftwatch",
+            "run",
+            "--interval",
+            "0.2",
+            "--listen",
+            "127.0.0.1:0",
+            *args,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def metrics_url(process: subprocess.Popen[str]) -> str:
+    """Read driftwatch's stderr up to the line that says where its metrics are."""
+    assert process.stderr is not None
+    for line in process.stderr:
+        match = re.search(r"metrics at (http://\S+)", line)
+        if match:
+            return match.group(1)
+    pytest.fail("driftwatch run never said where its metrics are")
+
+
+def scrape(url: str) -> dict[str, float]:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    return {
+        s.name + str(sorted(s.labels.items() - {("run", s.labels.get("run", ""))})): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def python_job(code: str) -> list[str]:
+    return ["--", sys.executable, "-c", code]
+
+
+def test_exit_code_and_stderr_pass_through() -> None:
+    result = run_cli(
+        "run",
+        "--listen",
+        "127.0.0.1:0",
+        *python_job("import sys; sys.stderr.write('boom \\xe9\\n'); sys.exit(3)"),
+    )
+    assert result.returncode == 3
+    assert "boom \xe9\n" in result.stderr
+    assert "stopped: process" in result.stdout
+
+
+def test_a_job_killed_by_a_signal_exits_128_plus_n() -> None:
+    result = run_cli(
+        "run", "--listen", "127.0.0.1:0", *python_job("import os; os.kill(os.getpid(), 9)")
+    )
+    assert result.returncode == 128 + signal.SIGKILL
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signals_reach_the_job(sig: signal.Signals, code: int) -> None:
+    job = "import sys, time; print('ready', file=sys.stderr, flush=True); time.sleep(60)"
+    process = start_run(*python_job(job))
+    assert process.stderr is not None
+    metrics_url(process)
+    wait_for(
+        lambda: process.stderr is not None and "ready" in process.stderr.readline(),
+        30,
+        "the job to start",
+    )
+    process.send_signal(sig)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == code, err
+    if sig == signal.SIGINT:
+        assert "KeyboardInterrupt" in err  # the job's own traceback, passed through
+
+
+def test_retracing_warnings_are_counted_and_passed_through() -> None:
+    job = (
+        "import sys, time\n"
+        f"print({RETRACING_LINE!r}, file=sys.stderr)\n"
+        f"print({RETRACING_LINE!r}, file=sys.stderr, flush=True)\n"
+        "time.sleep(30)\n"
+    )
+    process = start_run(*python_job(job))
+    try:
+        url = metrics_url(process)
+        wait_for(
+            lambda: scrape(url).get("driftwatch_tf_retracing_warnings_total[]") == 2,
+            30,
+            "two retracing warnings in /metrics",
+        )
+    finally:
+        process.terminate()
+        _, err = process.communicate(timeout=30)
+    assert err.count("triggered tf.function retracing") == 2
+
+
+def test_no_hook_leaves_the_job_alone() -> None:
+    job = (
+        "import os\n"
+        "print(os.environ.get('DRIFTWATCH_HOOK'), 'inject' in os.environ.get('PYTHONPATH', ''))"
+    )
+    result = run_cli("run", "--no-hook", "--listen", "127.0.0.1:0", *python_job(job))
+    assert result.returncode == 0, result.stderr
+    assert "0 False" in result.stdout.splitlines()
+
+
+def test_the_jobs_own_sitecustomize_still_runs(tmp_path: Path) -> None:
+    (tmp_path / "sitecustomize.py").write_text("import builtins; builtins.JOB_SITE = 'loaded'\n")
+    job = (
+        "import builtins, sys\n"
+        "print(getattr(builtins, 'JOB_SITE', 'missing'), 'driftwatch.hook.autolog' in sys.modules)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "driftwatch", "run", "--listen", "127.0.0.1:0", *python_job(job)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "loaded True" in result.stdout.splitlines()  # its output interleaves with ours
+
+
+def test_a_missing_command_is_one_line() -> None:
+    result = run_cli("run", "--listen", "127.0.0.1:0", "--", "/nonexistent/trainer")
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "driftwatch: error: cannot run '/nonexistent/trainer': no such file or command"
+    )
+
+
+@pytest.mark.tf
+def test_run_injects_the_hook_into_an_unmodified_keras_script(
+    tmp_path: Path, promtool: str
+) -> None:
+    runtime = tmp_path / "runtime"
+    process = start_run(
+        "--cpu-allocator-stats",
+        "--",
+        sys.executable,
+        str(EXAMPLES / "train_keras.py"),
+        "--logdir",
+        str(tmp_path / "logs"),
+        "--epochs",
+        "1000",
+        env={**TF_ENV, "DRIFTWATCH_RUNTIME_DIR": str(runtime)},
+    )
+    try:
+        url = metrics_url(process)
+        wanted = (
+            "driftwatch_step_duration_seconds[]",
+            "driftwatch_step_gap_seconds[]",
+            "driftwatch_tf_allocator_current_bytes[('device', 'CPU:0')]",
+            "driftwatch_tf_allocator_peak_bytes[('device', 'CPU:0')]",
+            "driftwatch_tf_function_traces_total[]",
+        )
+        wait_for(lambda: all(k in scrape(url) for k in wanted), 120, f"hook series {wanted}")
+        metrics = scrape(url)
+        assert metrics["driftwatch_source_up[('source', 'hook')]"] == 1
+        assert 1e-5 < metrics["driftwatch_step_duration_seconds[]"] < 1
+        assert metrics["driftwatch_tf_allocator_current_bytes[('device', 'CPU:0')]"] > 0
+        assert metrics["driftwatch_tf_function_traces_total[]"] >= 1
+        assert metrics["driftwatch_train_step[]"] > 0
+        with urllib.request.urlopen(url, timeout=10) as response:
+            checked = promtool_check_metrics(promtool, response.read().decode())
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        assert len(list_channels(runtime)) == 1
+        process.send_signal(signal.SIGINT)  # Ctrl-C: reaches the job, which stops
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 130, err
+    assert "KeyboardInterrupt" in err
+    assert re.search(r"outside the step: [\d.]+ .s/step", out)
+    assert re.search(r"TF memory CPU:0: [\d.]+ [KM]iB \(peak", out)
+    assert list_channels(runtime) == []  # run removed its job's channel
