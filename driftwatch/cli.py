@@ -22,7 +22,7 @@ from rich.live import Live
 
 from driftwatch import __version__
 from driftwatch.channel import channel_path, remove_channel, runtime_dir
-from driftwatch.detect.basic import NonFiniteDetector, StallDetector
+from driftwatch.detect.catalog import default_engine
 from driftwatch.doctor import run_checks
 from driftwatch.errors import DriftwatchError, TargetGone, UsageError
 from driftwatch.export.http import DEFAULT_HOST, DEFAULT_PORT, MetricsServer, parse_listen
@@ -170,7 +170,7 @@ def _watch(
             run_name,
             target.info,
             _sources(target, options.logdirs) + extra_sources,
-            [NonFiniteDetector(), StallDetector()],
+            default_engine(),
             on_finding=report,
         )
         server = MetricsServer(

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from driftwatch.detect import Detector
+from driftwatch.detect import Engine
 from driftwatch.errors import SourceUnavailable, TargetGone
 from driftwatch.findings import Finding
 from driftwatch.series import SERIES, Export, SeriesKey
@@ -46,6 +46,7 @@ class Snapshot:
     values: dict[SeriesKey, float] = field(default_factory=dict)
     sources: tuple[SourceStatus, ...] = ()
     findings: tuple[Finding, ...] = ()
+    scores: dict[str, float] = field(default_factory=dict)
 
 
 class Monitor:
@@ -56,7 +57,7 @@ class Monitor:
         run: str,
         target: TargetInfo,
         sources: Sequence[Source],
-        detectors: Sequence[Detector] = (),
+        engine: Engine | None = None,
         store: Store | None = None,
         clock: Callable[[], float] = time.time,
         on_finding: Callable[[Finding], None] = lambda finding: None,
@@ -66,7 +67,7 @@ class Monitor:
         self.store = store if store is not None else Store()
         self._sources = list(sources)
         self._down: dict[str, str] = {}
-        self._detectors = list(detectors)
+        self._engine = engine if engine is not None else Engine([])
         self._clock = clock
         self._on_finding = on_finding
         self.reported: dict[str, Finding] = {}
@@ -80,7 +81,7 @@ class Monitor:
             if source.name in self._down:
                 continue
             try:
-                self.store.extend(source.sample(now))
+                samples = source.sample(now)
             except TargetGone:
                 raise
             except SourceUnavailable as err:
@@ -88,7 +89,11 @@ class Monitor:
             except Exception as err:  # a bug in one source must not end monitoring
                 log.exception("source %s failed", source.name)
                 self._disable(source, f"internal error: {err!r}")
-        findings = [finding for d in self._detectors for finding in d.update(self.store, now)]
+            else:
+                self.store.extend(samples)
+                for sample in samples:
+                    self._engine.observe(sample)
+        findings = self._engine.evaluate(now)
         for finding in findings:
             if finding.kind not in self.reported:
                 self.reported[finding.kind] = finding
@@ -105,6 +110,7 @@ class Monitor:
                 for s in self._sources
             ),
             tuple(findings),
+            dict(self._engine.scores),
         )
         return self.snapshot
 

@@ -54,6 +54,10 @@ SERIES: dict[str, SeriesSpec] = {
         "User and system CPU time of the target.",
         Kind.COUNTER,
     ),
+    "memory_limit_bytes": SeriesSpec(
+        "driftwatch_process_memory_limit_bytes",
+        "Memory the target may use: its cgroup's limit, else the host's total memory.",
+    ),
     "threads": SeriesSpec("driftwatch_process_threads", "Threads in the target."),
     "open_fds": SeriesSpec("driftwatch_process_open_fds", "Open file descriptors of the target."),
     "read_bytes": SeriesSpec(

@@ -55,7 +55,11 @@ def test_attach_to_a_running_keras_job(tmp_path: Path, promtool: str) -> None:
     attach: subprocess.Popen[str] | None = None
     try:
         # The job is training and logging steps before driftwatch arrives.
-        wait_for(lambda: event_bytes(logdir) > 2000, 120, "the job to log training steps")
+        wait_for(
+            lambda: event_bytes(logdir) > 2000 and len(list(logdir.rglob("events.out.*"))) == 2,
+            120,
+            "the job to log training steps and its first validation",
+        )
         attach = subprocess.Popen(
             [
                 sys.executable,

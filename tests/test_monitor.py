@@ -4,6 +4,7 @@ import threading
 
 import pytest
 
+from driftwatch.detect import Engine
 from driftwatch.detect.basic import NonFiniteDetector, StallDetector
 from driftwatch.errors import SourceUnavailable, TargetGone
 from driftwatch.findings import Finding, Severity
@@ -88,7 +89,12 @@ def test_findings_are_reported_once_per_kind_and_kept() -> None:
     nonfinite = ScriptedSource("eventfiles", "nonfinite_total", [0.0, 2.0, 3.0, 3.0])
     reported: list[Finding] = []
     monitor = Monitor(
-        "run", INFO, [nonfinite], [NonFiniteDetector()], clock=Clock(), on_finding=reported.append
+        "run",
+        INFO,
+        [nonfinite],
+        Engine([NonFiniteDetector()]),
+        clock=Clock(),
+        on_finding=reported.append,
     )
     assert monitor.tick().findings == ()
     for _ in range(3):
@@ -98,23 +104,25 @@ def test_findings_are_reported_once_per_kind_and_kept() -> None:
     assert reported[0].since == 1003.0  # the first tick that saw one (construction reads 1001)
     assert snapshot.findings[0].evidence == {"nonfinite_values": 3}
     assert "3 non-finite" in snapshot.findings[0].message
+    assert snapshot.scores == {"nonfinite": 1.0}
     assert list(monitor.reported) == ["nonfinite"]
 
 
 def test_stall_detector_adapts_to_how_often_steps_are_logged() -> None:
-    store = Store()
-    for stamp in range(0, 300, 30):  # a step logged every 30 s, last at 270
-        store.add(Sample("step_timestamp", float(stamp), float(stamp)))
     detector = StallDetector(min_seconds=60, factor=10)
-    assert detector.update(store, 270 + 299) == []  # within 10 x 30 s
-    (finding,) = detector.update(store, 270 + 301)
+    for stamp in range(0, 300, 30):  # a step logged every 30 s, last at 270
+        detector.observe(Sample("step_timestamp", float(stamp), float(stamp)))
+    assert detector.evaluate(270 + 299).findings == ()  # within 10 x 30 s
+    evaluation = detector.evaluate(270 + 301)
+    (finding,) = evaluation.findings
+    assert evaluation.score > 1
     assert finding.kind == "stalled"
     assert finding.since == 270
     assert finding.evidence["usual_log_interval"] == 30
 
 
 def test_stall_detector_is_quiet_without_steps() -> None:
-    assert StallDetector().update(Store(), 1e9) == []
+    assert StallDetector().evaluate(1e9).findings == ()
 
 
 def test_watch_returns_why_monitoring_ended_and_closes_sources() -> None:

@@ -3,81 +3,95 @@
 from __future__ import annotations
 
 import itertools
-import math
 import statistics
 import time
+from collections import deque
 
+from driftwatch.detect import Evaluation
 from driftwatch.findings import Finding, Severity
-from driftwatch.store import Store
+from driftwatch.series import Sample
 
 
-def _clock(t: float) -> str:
+def clock(t: float) -> str:
+    """A time of day for messages."""
     return time.strftime("%H:%M:%S", time.localtime(t))
 
 
 class NonFiniteDetector:
-    """Any NaN or infinity among the run's logged scalars: the run has likely diverged."""
+    """Any NaN or infinity in the logged scalars or the hook's checks: a diverged run."""
+
+    name = "nonfinite"
+    series = frozenset({"nonfinite_total", "hook_nonfinite_total"})
 
     def __init__(self) -> None:
+        self._counts: dict[str, float] = {}
         self._first_seen: float | None = None
 
-    def update(self, store: Store, now: float) -> list[Finding]:
-        history = store.get(("nonfinite_total", ()))
-        latest = history.latest() if history else None
-        if latest is None or latest[1] <= 0:
-            return []
+    def observe(self, sample: Sample) -> None:
+        if sample.value > 0:  # False for NaN
+            self._counts[sample.series] = sample.value
+            if self._first_seen is None or sample.t < self._first_seen:
+                self._first_seen = sample.t
+
+    def evaluate(self, now: float) -> Evaluation:
         if self._first_seen is None:
-            self._first_seen = latest[0]
-        count = int(latest[1])
-        return [
-            Finding(
-                kind="nonfinite",
-                severity=Severity.CRITICAL,
-                since=self._first_seen,
-                message=(
-                    f"{count} non-finite (NaN/Inf) scalar value(s) logged since "
-                    f"{_clock(self._first_seen)}: training has likely diverged. Try a lower "
-                    "learning rate, gradient clipping, or guard the loss against log(0) and "
-                    "division by zero."
-                ),
-                evidence={"nonfinite_values": count},
-            )
-        ]
+            return Evaluation(0.0)
+        count = int(max(self._counts.values()))
+        where = " and ".join(
+            {"nonfinite_total": "event files", "hook_nonfinite_total": "the hook"}[s]
+            for s in sorted(self._counts)
+        )
+        finding = Finding(
+            kind="nonfinite",
+            severity=Severity.CRITICAL,
+            since=self._first_seen,
+            message=(
+                f"{count} non-finite (NaN/Inf) value(s) seen by {where} since "
+                f"{clock(self._first_seen)}: training has likely diverged. Try a lower "
+                "learning rate, gradient clipping, or guard the loss against log(0) and "
+                "division by zero."
+            ),
+            evidence={"nonfinite_values": count},
+        )
+        return Evaluation(1.0, (finding,))
 
 
 class StallDetector:
     """No new training step for much longer than steps usually take to be logged."""
 
+    name = "stalled"
+    series = frozenset({"step_timestamp"})
+
     def __init__(self, min_seconds: float = 120.0, factor: float = 10.0, window: int = 64):
         self.min_seconds = min_seconds
         self.factor = factor
-        self.window = window
+        self._stamps: deque[float] = deque(maxlen=window)
 
-    def update(self, store: Store, now: float) -> list[Finding]:
-        history = store.get(("step_timestamp", ()))
-        if history is None:
-            return []
-        stamps = sorted(set(history.recent_values(self.window)))
-        if not stamps:
-            return []
-        gaps = [b - a for a, b in itertools.pairwise(stamps) if b > a]
+    def observe(self, sample: Sample) -> None:
+        if not self._stamps or sample.value > self._stamps[-1]:
+            self._stamps.append(sample.value)
+
+    def evaluate(self, now: float) -> Evaluation:
+        if not self._stamps:
+            return Evaluation(0.0)
+        gaps = [b - a for a, b in itertools.pairwise(self._stamps)]
         typical = statistics.median(gaps) if gaps else 0.0
         limit = max(self.min_seconds, self.factor * typical)
-        silent_for = now - stamps[-1]
-        if not math.isfinite(silent_for) or silent_for <= limit:
-            return []
-        return [
-            Finding(
-                kind="stalled",
-                severity=Severity.WARNING,
-                since=stamps[-1],
-                message=(
-                    f"no training step logged for {silent_for:.0f} s (since "
-                    f"{_clock(stamps[-1])}; steps are usually logged every {typical:.1f} s). "
-                    "The job may be hung (data pipeline, deadlock, a collective waiting on "
-                    "another rank) or stuck in a long checkpoint or validation: look at its "
-                    "stack with py-spy dump."
-                ),
-                evidence={"seconds_since_last_step": silent_for, "usual_log_interval": typical},
-            )
-        ]
+        last = self._stamps[-1]
+        silent_for = now - last
+        score = max(0.0, silent_for / limit)
+        if silent_for <= limit:
+            return Evaluation(score)
+        finding = Finding(
+            kind="stalled",
+            severity=Severity.WARNING,
+            since=last,
+            message=(
+                f"no training step for {silent_for:.0f} s (since {clock(last)}; steps are "
+                f"usually logged every {typical:.1f} s). The job may be hung (input pipeline, "
+                "deadlock, a collective waiting for another rank) or stuck in a long "
+                "checkpoint or validation: look at its stacks with py-spy dump."
+            ),
+            evidence={"seconds_since_last_step": silent_for, "usual_log_interval": typical},
+        )
+        return Evaluation(score, (finding,))

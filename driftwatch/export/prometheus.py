@@ -95,6 +95,11 @@ class DriftwatchCollector(Collector):
             "1 for each kind of problem driftwatch currently reports for the run.",
             labels=[RUN_LABEL, "kind", "severity"],
         )
+        score = GaugeMetricFamily(
+            "driftwatch_detector_score",
+            "Each detector's evidence against its threshold: 1 or more means it reports.",
+            labels=[RUN_LABEL, "detector"],
+        )
         finding_since = GaugeMetricFamily(
             "driftwatch_finding_since_timestamp_seconds",
             "When each active finding's problem started.",
@@ -114,10 +119,12 @@ class DriftwatchCollector(Collector):
             last_sample.add_metric([run], snapshot.t)
             for status in snapshot.sources:
                 source_up.add_metric([run, status.name], 1.0 if status.up else 0.0)
+            for detector, value in snapshot.scores.items():
+                score.add_metric([run, detector], value)
             for item in snapshot.findings:
                 finding.add_metric([run, item.kind, item.severity.value], 1.0)
                 finding_since.add_metric([run, item.kind], item.since)
-        yield from (info, start, last_sample, source_up, finding, finding_since)
+        yield from (info, start, last_sample, source_up, finding, finding_since, score)
 
 
 def metrics_app(snapshots: SnapshotProvider) -> Callable[..., Any]:

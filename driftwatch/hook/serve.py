@@ -11,7 +11,7 @@ import os
 import threading
 
 from driftwatch.channel import ChannelWriter, NullWriter
-from driftwatch.detect.basic import NonFiniteDetector, StallDetector
+from driftwatch.detect.catalog import default_engine
 from driftwatch.errors import DriftwatchError
 from driftwatch.export.http import MetricsServer, parse_listen
 from driftwatch.export.prometheus import metrics_app
@@ -58,7 +58,7 @@ def serve_in_process(
         sources: list[Source] = [ProcessSource(target)]
         if isinstance(writer, ChannelWriter):
             sources.append(HookSource(writer.path.parent, target.pid, target.info.create_time))
-        monitor = Monitor(run, target.info, sources, [NonFiniteDetector(), StallDetector()])
+        monitor = Monitor(run, target.info, sources, default_engine())
         server = MetricsServer(metrics_app(lambda: [monitor.snapshot]), host, port, run)
     except DriftwatchError as err:
         log.warning("driftwatch: not serving /metrics from this process: %s", err)

@@ -2,8 +2,49 @@
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
+
+import psutil
+
 from driftwatch.series import Sample
 from driftwatch.target import Target, translate_psutil
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+UNLIMITED = 1 << 62  # cgroup v1 writes "no limit" as a huge page-rounded number
+LIMIT_REFRESH_SECONDS = 60.0
+
+
+def _cgroup_limit(directory: Path, name: str) -> float:
+    """The smallest memory limit set on ``directory`` or its ancestors; inf if none."""
+    limit = math.inf
+    for level in (directory, *directory.parents):
+        try:
+            text = (level / name).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < UNLIMITED:
+            limit = min(limit, float(text))
+        if level == CGROUP_ROOT:
+            break
+    return limit
+
+
+def memory_limit(pid: int) -> float:
+    """What the process may use: its cgroup's memory limit (v2 or v1), else host memory."""
+    limit = float(psutil.virtual_memory().total)
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return limit
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":  # cgroup v2
+            limit = min(limit, _cgroup_limit(CGROUP_ROOT / path.lstrip("/"), "memory.max"))
+        elif "memory" in controllers.split(","):
+            directory = CGROUP_ROOT / "memory" / path.lstrip("/")
+            limit = min(limit, _cgroup_limit(directory, "memory.limit_in_bytes"))
+    return limit
 
 
 class ProcessSource:
@@ -13,6 +54,8 @@ class ProcessSource:
 
     def __init__(self, target: Target) -> None:
         self._target = target
+        self._limit = math.nan
+        self._limit_read_at = -math.inf
 
     def sample(self, now: float) -> list[Sample]:
         target = self._target
@@ -38,6 +81,10 @@ class ProcessSource:
             "write_syscall_bytes": write_chars,
             "nondisk_write_bytes": max(0, write_chars - io.write_bytes),
         }
+        if now - self._limit_read_at >= LIMIT_REFRESH_SECONDS:
+            self._limit = memory_limit(target.pid)
+            self._limit_read_at = now
+        values["memory_limit_bytes"] = self._limit
         return [Sample(series, float(value), now) for series, value in values.items()]
 
     def close(self) -> None:

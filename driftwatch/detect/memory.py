@@ -1,0 +1,388 @@
+"""Memory drift: slope, significance and time to the limit, per signal, at several scales.
+
+Each signal (host RSS, TensorFlow's allocator, GPU process memory) is averaged into
+consecutive windows at several widths (2 s to 10 min) and the newest ``points`` means of
+each are tested: Theil-Sen slope and Mann-Kendall trend (corrected for lag-1
+autocorrelation), within the segment after the last level jump, so a one-off allocation is
+a "memory step", not a leak. Short scales see fast growth within seconds, long ones a slow
+leak over hours. Warm-up is excluded, except for growth that would exhaust the limit within
+``fast_horizon`` seconds, which is reported whenever it is seen.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from driftwatch.detect import Detector, Evaluation
+from driftwatch.detect.basic import clock
+from driftwatch.detect.stats import level_jumps, mann_kendall, theil_sen
+from driftwatch.findings import Finding, Severity
+from driftwatch.series import Labels, Sample
+
+MIB = 1 << 20
+SCALES_SECONDS = (2.0, 20.0, 120.0, 600.0)
+
+
+def human_bytes(value: float) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", MIB), ("KiB", 1 << 10)):
+        if abs(value) >= size:
+            return f"{value / size:.1f} {unit}"
+    return f"{value:.0f} B"
+
+
+def human_duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
+class WindowMeans:
+    """Consecutive fixed-width window means of one series: the newest ``points`` only."""
+
+    __slots__ = ("_count", "_start", "_sum", "means", "width")
+
+    def __init__(self, width: float, points: int) -> None:
+        self.width = width
+        self.means: deque[tuple[float, float]] = deque(maxlen=points)  # (window start, mean)
+        self._start = math.nan
+        self._sum = 0.0
+        self._count = 0
+
+    def add(self, t: float, value: float) -> None:
+        if not math.isfinite(value):
+            return
+        start = math.floor(t / self.width) * self.width
+        if start > self._start or math.isnan(self._start):
+            if self._count:
+                self.means.append((self._start, self._sum / self._count))
+            self._start, self._sum, self._count = start, 0.0, 0
+        self._sum += value
+        self._count += 1
+
+
+@dataclass(frozen=True, slots=True)
+class Trend:
+    """A significant rise of one signal at one scale."""
+
+    width: float
+    slope: float  # bytes per second
+    p: float
+    level: float  # the newest mean
+    since: float  # start of the tested segment
+    points: int
+
+
+Jump = tuple[float, float]
+"""(when, by how many bytes)."""
+
+
+@dataclass
+class _Signal:
+    """State of one signal and label set."""
+
+    scales: list[WindowMeans]
+    first_t: float = math.nan
+    limit: float = math.nan
+    jumps_reported: set[float] = field(default_factory=set)
+
+
+class MemoryDriftDetector:
+    """Drift of one memory signal, reported as ``kind`` with projected time to the limit."""
+
+    def __init__(
+        self,
+        signal: str,
+        kind: str,
+        what: str,
+        limit_series: str | None,
+        points: int = 24,
+        min_points: int = 8,
+        alpha: float = 0.001,
+        warmup_seconds: float = 3600.0,
+        warmup_epochs: int = 2,
+        min_growth: float = 0.005,
+        min_growth_bytes: float = 16 * MIB,
+        fast_horizon: float = 3600.0,
+        scales: tuple[float, ...] = SCALES_SECONDS,
+    ) -> None:
+        self.name = kind
+        self.kind = kind
+        self.what = what
+        self.signal = signal
+        self.limit_series = limit_series
+        wanted = {signal, "epoch_seconds"}
+        if limit_series is not None:
+            wanted.add(limit_series)
+        self.series = frozenset(wanted)
+        self.points = points
+        self.min_points = min_points
+        self.alpha = alpha
+        self.warmup_seconds = warmup_seconds
+        self.warmup_epochs = warmup_epochs
+        self.min_growth = min_growth
+        self.min_growth_bytes = min_growth_bytes
+        self.fast_horizon = fast_horizon
+        self._scales = scales
+        self._signals: dict[Labels, _Signal] = {}
+        self._limits: dict[Labels, float] = {}
+        self._epochs = 0
+        self._epochs_done_at = math.nan  # when ``warmup_epochs`` epochs had ended
+
+    # -- input -------------------------------------------------------------------------
+
+    def observe(self, sample: Sample) -> None:
+        if sample.series == "epoch_seconds":
+            self._epochs += 1
+            if self._epochs == self.warmup_epochs:
+                self._epochs_done_at = sample.t
+        elif sample.series == self.signal:
+            state = self._signals.get(sample.labels)
+            if state is None:
+                widths = [WindowMeans(w, self.points) for w in self._scales]
+                state = self._signals[sample.labels] = _Signal(widths, first_t=sample.t)
+            for scale in state.scales:
+                scale.add(sample.t, sample.value)
+        elif math.isfinite(sample.value) and sample.value > 0:
+            self._limits[sample.labels] = sample.value
+
+    def limit_for(self, labels: Labels) -> float:
+        """The limit of a signal: same labels, else the only (unlabelled) limit known."""
+        return self._limits.get(labels, self._limits.get((), math.nan))
+
+    # -- analysis ----------------------------------------------------------------------
+
+    def warmup_end(self, state: _Signal) -> float:
+        """Warm-up lasts ``warmup_seconds``, or ``warmup_epochs`` epochs if they end sooner."""
+        by_time = state.first_t + self.warmup_seconds
+        return (
+            min(by_time, self._epochs_done_at) if math.isfinite(self._epochs_done_at) else by_time
+        )
+
+    def trends(self, state: _Signal) -> tuple[list[Trend], list[Trend], list[Jump]]:
+        """(trends past warm-up, fast trends at any time, level jumps)."""
+        settled: list[Trend] = []
+        fast: list[Trend] = []
+        jumps: list[Jump] = []
+        warm_until = self.warmup_end(state)
+        for scale in state.scales:
+            if len(scale.means) < self.min_points:
+                continue
+            times = np.array([t for t, _ in scale.means])
+            means = np.array([m for _, m in scale.means])
+            level = float(means[-1])
+            splits = level_jumps(means, min_jump=max(self.min_growth_bytes * 4, 0.02 * level))
+            for i in splits:
+                jumps.append((float(times[i]), float(means[i] - means[i - 1])))
+            start = splits[-1] if splits else 0
+            for subset, bucket in ((times >= warm_until, settled), (None, fast)):
+                idx = np.arange(start, len(means))
+                if subset is not None:
+                    idx = idx[subset[start:]]
+                if len(idx) < self.min_points:
+                    continue
+                slope, _ = theil_sen(times[idx], means[idx])
+                if not slope > 0:
+                    continue
+                test = mann_kendall(means[idx], lag1_correction=True)
+                if test.p < self.alpha:
+                    bucket.append(
+                        Trend(scale.width, slope, test.p, level, float(times[idx[0]]), len(idx))
+                    )
+        return settled, fast, jumps
+
+    def evaluate(self, now: float) -> Evaluation:
+        findings: list[Finding] = []
+        score = 0.0
+        for labels, state in self._signals.items():
+            settled, fast, jumps = self.trends(state)
+            limit = self.limit_for(labels)
+            finding, signal_score = self._judge(labels, settled, fast, limit, now, state)
+            score = max(score, signal_score)
+            if finding is not None:
+                findings.append(finding)
+            findings.extend(self._jump_findings(labels, jumps))
+        return Evaluation(score, tuple(findings))
+
+    def _judge(
+        self,
+        labels: Labels,
+        settled: list[Trend],
+        fast: list[Trend],
+        limit: float,
+        now: float,
+        state: _Signal,
+    ) -> tuple[Finding | None, float]:
+        def time_to_limit(trend: Trend) -> float:
+            return (limit - trend.level) / trend.slope if limit > trend.level else math.inf
+
+        urgent = [t for t in fast if time_to_limit(t) < self.fast_horizon]
+        worth = [t for t in settled if self._materiality(t) >= 1]
+        candidates = urgent or worth
+        if not candidates:
+            return None, max((self._materiality(t) for t in settled), default=0.0)
+        # The widest scale that sees it: the most evidence, the steadiest slope.
+        trend = max(candidates, key=lambda t: t.width)
+        remaining = time_to_limit(trend)
+        horizon = max(self.fast_horizon, now - state.first_t)  # a run likely goes on as long again
+        severity = Severity.CRITICAL if remaining < horizon else Severity.WARNING
+        where = "".join(f" {v}" for _, v in labels)
+        per_hour = trend.slope * 3600
+        message = (
+            f"{self.what}{where} is growing by {human_bytes(per_hour)}/h since about "
+            f"{clock(trend.since)} (now {human_bytes(trend.level)}, Mann-Kendall p={trend.p:.1g})"
+        )
+        if math.isfinite(remaining):
+            message += (
+                f"; at this rate it reaches its limit of {human_bytes(limit)} in "
+                f"{human_duration(remaining)}"
+            )
+        message += ". " + self.advice(now, trend)
+        evidence: dict[str, float | str] = {
+            "slope_bytes_per_hour": per_hour,
+            "level_bytes": trend.level,
+            "p_value": trend.p,
+            "window_seconds": trend.width,
+            "seconds_to_limit": remaining,
+        }
+        if math.isfinite(limit):
+            evidence["limit_bytes"] = limit
+        evidence.update(self.diagnosis(now, trend))
+        finding = Finding(self.kind, severity, trend.since, message, evidence)
+        return finding, 1.0 + (1.0 if severity is Severity.CRITICAL else 0.0)
+
+    def _materiality(self, trend: Trend) -> float:
+        """Growth over the tested window relative to the smallest worth reporting."""
+        grown = trend.slope * trend.points * trend.width
+        return grown / max(self.min_growth_bytes, self.min_growth * trend.level)
+
+    def _jump_findings(self, labels: Labels, jumps: list[Jump]) -> list[Finding]:
+        findings = []
+        for t, size in jumps:
+            if size <= 0:
+                continue
+            where = "".join(f" {v}" for _, v in labels)
+            findings.append(
+                Finding(
+                    "memory_step",
+                    Severity.INFO,
+                    t,
+                    f"{self.what}{where} jumped by {human_bytes(size)} at {clock(t)} and then "
+                    "stayed flat: a one-off allocation (a bigger batch, a cache, a checkpoint "
+                    "buffer), not a leak.",
+                    {"jump_bytes": size, "signal": self.signal},
+                )
+            )
+            break  # the newest jump is enough
+        return findings
+
+    def advice(self, now: float, trend: Trend) -> str:
+        """What to try; subclasses that can tell the leak's class say more."""
+        return (
+            "Take two heap snapshots some minutes apart (tracemalloc, memray) and compare, "
+            "or run it under driftwatch run to let the hook tell tensors from Python state."
+        )
+
+    def diagnosis(self, now: float, trend: Trend) -> dict[str, float | str]:
+        return {}
+
+
+class HostMemoryDetector(MemoryDriftDetector):
+    """Host RSS drift, with the likely leak class from how TF memory and tracing behave."""
+
+    def __init__(self, **options: float) -> None:
+        super().__init__(
+            "rss_bytes",
+            "host_memory_drift",
+            "host memory (RSS)",
+            "memory_limit_bytes",
+            **options,  # type: ignore[arg-type]
+        )
+        self.series = self.series | {"tf_allocator_current_bytes", "tracing_count"}
+        self._tf: dict[Labels, WindowMeans] = {}
+        self._tracing: deque[tuple[float, float]] = deque(maxlen=4096)
+
+    def observe(self, sample: Sample) -> None:
+        if sample.series == "tf_allocator_current_bytes":
+            means = self._tf.get(sample.labels)
+            if means is None:
+                means = self._tf[sample.labels] = WindowMeans(2.0, 4096)
+            means.add(sample.t, sample.value)
+        elif sample.series == "tracing_count":
+            self._tracing.append((sample.t, sample.value))
+        else:
+            super().observe(sample)
+
+    def leak_class(self, since: float) -> tuple[str, str]:
+        """(class, advice) from TF allocator memory and tracing since ``since``."""
+        traces = [c for t, c in self._tracing if t >= since]
+        retraced = len(traces) >= 2 and traces[-1] - traces[0] >= 2
+        tf_rising = False
+        tf_known = False
+        for means in self._tf.values():
+            points = [(t, m) for t, m in means.means if t >= since]
+            if len(points) >= 4:
+                tf_known = True
+                times = np.array([t for t, _ in points])
+                values = np.array([m for _, m in points])
+                slope, _ = theil_sen(times, values)
+                test = mann_kendall(values, lag1_correction=True)
+                tf_rising = tf_rising or (slope > 0 and test.p < 0.01)
+        if tf_rising:
+            return "tensors_kept_alive", (
+                "TensorFlow's own allocator grows with it: tensors are being kept alive, "
+                "e.g. outputs or losses appended to a Python list, or a tf.Variable/metric "
+                "that accumulates. Keep Python floats (loss.numpy()) instead of tensors."
+            )
+        if retraced:
+            return "retracing", (
+                "TensorFlow allocator memory is flat while the train function keeps being "
+                "retraced: each trace keeps a new graph alive. Pass tensors, not Python "
+                "numbers, to tf.function (tf.constant(lr)), or give it an input_signature; "
+                "use reduce_retracing=True for varying shapes."
+            )
+        if tf_known:
+            return "framework_state", (
+                "TensorFlow allocator memory and tracing are flat: Python or framework "
+                "state grows, e.g. models or layers built in a loop without "
+                "keras.backend.clear_session(), histories or caches that keep growing, or "
+                "allocator fragmentation (try TCMALLOC or jemalloc)."
+            )
+        return "unknown", (
+            "Without the in-process hook driftwatch cannot tell tensors from Python state: "
+            "run the job under driftwatch run, or compare two tracemalloc snapshots."
+        )
+
+    def advice(self, now: float, trend: Trend) -> str:
+        return self.leak_class(trend.since)[1]
+
+    def diagnosis(self, now: float, trend: Trend) -> dict[str, float | str]:
+        return {"leak_class": self.leak_class(trend.since)[0]}
+
+
+def memory_detectors(**options: float) -> list[Detector]:
+    """Host RSS, TensorFlow allocator and GPU process memory drift detectors."""
+    return [
+        HostMemoryDetector(**options),
+        MemoryDriftDetector(
+            "tf_allocator_current_bytes",
+            "tf_memory_drift",
+            "TensorFlow allocator memory",
+            None,
+            **options,  # type: ignore[arg-type]
+        ),
+        MemoryDriftDetector(
+            "gpu_process_memory_bytes",
+            "gpu_memory_drift",
+            "GPU memory of the process",
+            "gpu_memory_total_bytes",
+            **options,  # type: ignore[arg-type]
+        ),
+    ]

@@ -1,0 +1,251 @@
+"""Step-time detectors: slowdowns (gradual or abrupt), periodic stalls, slow callbacks.
+
+Raw per-step times are heavy-tailed and autocorrelated, with checkpoint and validation
+spikes: detectors on them drown in false alarms. So steps are first reduced to block
+medians (100 steps, or fewer when steps are slow), and only those are tested.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+import numpy as np
+
+from driftwatch.detect import Evaluation
+from driftwatch.detect.basic import clock
+from driftwatch.detect.stats import Cusum, RunningMedianBlocks, mann_kendall, theil_sen
+from driftwatch.findings import Finding, Severity
+from driftwatch.series import Sample
+
+WORTH_REPORTING = 1.10
+"""The smallest sustained slowdown worth a warning: 10 %."""
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
+class SlowdownDetector:
+    """One-sided CUSUM of log block-median step time against a frozen baseline.
+
+    The first ``warmup_blocks`` blocks (tracing, caches filling) are skipped, the next
+    ``baseline_blocks`` set the baseline median, then each block adds
+    ``log(block / baseline) - k`` to the sum (floored at 0), with ``k`` half the log of the
+    slowdown worth reporting. The last time the sum was zero estimates the onset; whether
+    the ratio still climbs after the onset tells a gradual slowdown from a step change.
+    """
+
+    name = "slowdown"
+    series = frozenset({"step_seconds"})
+
+    def __init__(
+        self,
+        block: int = 100,
+        block_seconds: float = 10.0,
+        warmup_blocks: int = 5,
+        baseline_blocks: int = 10,
+        threshold: float = 0.3,
+    ) -> None:
+        self._blocks = RunningMedianBlocks(block, max_seconds=block_seconds, min_size=3)
+        self._warmup_left = warmup_blocks
+        self._baseline_blocks: list[float] = []
+        self._baseline_size = baseline_blocks
+        self.baseline = math.nan
+        self._cusum = Cusum(k=math.log(WORTH_REPORTING) / 2, h=threshold)
+        self._recent: deque[tuple[float, float]] = deque(maxlen=512)  # (t, log ratio)
+
+    def observe(self, sample: Sample) -> None:
+        block = self._blocks.add(sample.value, sample.t)
+        if block is None:
+            return
+        median, t = block
+        if median <= 0:
+            return
+        if self._warmup_left > 0:
+            self._warmup_left -= 1
+        elif len(self._baseline_blocks) < self._baseline_size:
+            self._baseline_blocks.append(median)
+            if len(self._baseline_blocks) == self._baseline_size:
+                self.baseline = float(np.median(self._baseline_blocks))
+        else:
+            ratio = math.log(median / self.baseline)
+            self._cusum.update(ratio, t)
+            self._recent.append((t, ratio))
+
+    def evaluate(self, now: float) -> Evaluation:
+        score = self._cusum.value / self._cusum.h
+        onset = self._cusum.onset_t
+        if not self._cusum.alarm or onset is None:
+            return Evaluation(score)
+        since_onset = [x for t, x in self._recent if t >= onset]
+        latest = float(np.median([x for _, x in list(self._recent)[-5:]]))
+        ratio = math.exp(latest)
+        gradual = False
+        if len(since_onset) >= 6:
+            third = len(since_onset) // 3
+            rise = float(np.mean(since_onset[-third:]) - np.mean(since_onset[:third]))
+            gradual = rise > math.log(1.05)
+        current = self.baseline * ratio
+        evidence: dict[str, float | str] = {
+            "ratio": ratio,
+            "baseline_step_seconds": self.baseline,
+            "current_step_seconds": current,
+            "onset": onset,
+        }
+        severity = Severity.CRITICAL if ratio >= 2 else Severity.WARNING
+        if gradual:
+            times = np.array([t for t, _ in self._recent if t >= onset])
+            slope, _ = theil_sen(times, np.array(since_onset))
+            per_hour = math.expm1(slope * 3600) if math.isfinite(slope) else math.nan
+            evidence["increase_per_hour"] = per_hour
+            message = (
+                f"steps are getting slower: {ratio:.2f}x the baseline ({_ms(self.baseline)} -> "
+                f"{_ms(current)} per step), rising since about {clock(onset)} by "
+                f"{per_hour:+.0%} per hour. Likely causes: an input pipeline or cache that "
+                "degrades, growing Python-side state per step (lists, metrics, summaries), "
+                "retracing, memory pressure or thermal throttling. Compare a py-spy or TF "
+                "Profiler trace from now with one from the start."
+            )
+            kind = "gradual_slowdown"
+        else:
+            message = (
+                f"steps became {ratio:.2f}x slower around {clock(onset)} ({_ms(self.baseline)} "
+                f"-> {_ms(current)} per step) and stayed there. Look at what changed then: "
+                "a new data shard or augmentation, a learning-rate or mixed-precision switch, "
+                "another job on the same device or host, a throttled disk or network."
+            )
+            kind = "abrupt_slowdown"
+        return Evaluation(score, (Finding(kind, severity, onset, message, evidence),))
+
+
+class PeriodicStallDetector:
+    """Steps far slower than usual that come back regularly: checkpoints, validation,
+    the first step of an epoch. Reported as information with their period and share of
+    wall time; a stall that keeps getting longer is a warning of its own."""
+
+    name = "periodic_stall"
+    series = frozenset({"step_seconds"})
+
+    def __init__(self, factor: float = 5.0, min_stalls: int = 4, window: int = 32) -> None:
+        self.factor = factor
+        self.min_stalls = min_stalls
+        self._typical = RunningMedianBlocks(100, max_seconds=60.0, min_size=10)
+        self._reference = math.nan
+        self._steps = 0
+        self._stalls: deque[tuple[int, float, float]] = deque(maxlen=window)  # step, t, extra
+        self._first_t = math.nan
+        self._total = 0.0
+
+    def observe(self, sample: Sample) -> None:
+        value = sample.value
+        if not math.isfinite(value) or value <= 0:
+            return
+        self._steps += 1
+        self._total += value
+        if math.isnan(self._first_t):
+            self._first_t = sample.t
+        block = self._typical.add(value, sample.t)
+        if block is not None:
+            self._reference = block[0]
+        if self._reference > 0 and value > self.factor * self._reference:
+            self._stalls.append((self._steps, sample.t, value - self._reference))
+
+    def evaluate(self, now: float) -> Evaluation:
+        if len(self._stalls) < self.min_stalls:
+            return Evaluation(0.0)
+        steps = np.array([s for s, _, _ in self._stalls], dtype=float)
+        intervals = np.diff(steps)
+        period = float(np.median(intervals))
+        spread = float(np.median(np.abs(intervals - period)))
+        if period < 2 or spread > 0.1 * period:  # not periodic
+            return Evaluation(0.0)
+        extras = np.array([e for _, _, e in self._stalls])
+        times = np.array([t for _, t, _ in self._stalls])
+        window_steps = steps[-1] - steps[0] + period
+        share = float(extras.sum() / (window_steps * self._reference + extras.sum()))
+        evidence: dict[str, float | str] = {
+            "period_steps": period,
+            "stall_seconds": float(np.median(extras)),
+            "share_of_wall_time": share,
+        }
+        message = (
+            f"every {period:.0f} steps a step takes {_ms(float(np.median(extras)))} longer "
+            f"(checkpoint, validation or epoch start), {share:.1%} of wall time."
+        )
+        severity = Severity.INFO
+        trend = mann_kendall(extras)
+        slope, _ = theil_sen(times, extras)
+        if len(extras) >= 8 and trend.p < 0.01 and slope > 0 and extras[-1] > 1.5 * extras[0]:
+            severity = Severity.WARNING
+            evidence["stall_growth_seconds_per_hour"] = slope * 3600
+            message += (
+                f" These stalls are getting longer ({_ms(float(extras[0]))} -> "
+                f"{_ms(float(extras[-1]))}): a checkpoint or log that grows with the run "
+                "(saving optimizer state history, an ever-growing summary or metrics list)."
+            )
+        finding = Finding("periodic_stall", severity, float(times[0]), message, evidence)
+        return Evaluation(1.0 if severity is Severity.WARNING else 0.5, (finding,))
+
+
+class SlowCallbackDetector:
+    """Time between train steps (other callbacks, input pipeline, host work) that takes a
+    large or growing share of each step. Needs the hook."""
+
+    name = "slow_callbacks"
+    series = frozenset({"step_seconds", "step_gap_seconds"})
+
+    def __init__(self, share_threshold: float = 0.3, growth_threshold: float = 0.15) -> None:
+        self.share_threshold = share_threshold
+        self.growth_threshold = growth_threshold
+        self._steps = RunningMedianBlocks(200, max_seconds=30.0, min_size=5)
+        self._gaps = RunningMedianBlocks(200, max_seconds=30.0, min_size=5)
+        self._step = math.nan
+        self._gap = math.nan
+        self._baseline_share = math.nan
+        self._blocks_seen = 0
+        self._since = math.nan
+
+    def observe(self, sample: Sample) -> None:
+        if sample.series == "step_seconds":
+            block = self._steps.add(sample.value, sample.t)
+            if block is not None:
+                self._step = block[0]
+                self._blocks_seen += 1
+        else:
+            block = self._gaps.add(sample.value, sample.t)
+            if block is not None:
+                self._gap = block[0]
+                if self._blocks_seen == 3:  # after warm-up: the share to compare against
+                    self._baseline_share = self.share
+        if math.isnan(self._since) and self.share >= self.share_threshold:
+            self._since = sample.t
+
+    @property
+    def share(self) -> float:
+        return self._gap / self._step if self._step > 0 else math.nan
+
+    def evaluate(self, now: float) -> Evaluation:
+        share = self.share
+        if not math.isfinite(share):
+            return Evaluation(0.0)
+        grown = share - self._baseline_share if math.isfinite(self._baseline_share) else 0.0
+        score = max(share / self.share_threshold, grown / self.growth_threshold)
+        if score < 1:
+            self._since = math.nan
+            return Evaluation(score)
+        since = self._since if math.isfinite(self._since) else now
+        message = (
+            f"{share:.0%} of each step ({_ms(self._gap)} of {_ms(self._step)}) is spent outside "
+            "the train step: in other callbacks, the input pipeline or host work"
+        )
+        if grown >= self.growth_threshold:
+            message += f", up from {self._baseline_share:.0%} at the start"
+        message += (
+            ". Find the slow callback (per-batch logging, summaries, metrics computed in "
+            "Python), prefetch the input pipeline (tf.data .prefetch(tf.data.AUTOTUNE)), or "
+            "log less often."
+        )
+        evidence = {"share": share, "gap_seconds": self._gap, "step_seconds": self._step}
+        finding = Finding("slow_callbacks", Severity.WARNING, since, message, evidence)
+        return Evaluation(score, (finding,))
