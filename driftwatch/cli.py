@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.live import Live
 
 from driftwatch import __version__
+from driftwatch.analyze import analyze as analyze_path
 from driftwatch.channel import channel_path, remove_channel, runtime_dir
 from driftwatch.detect.catalog import default_engine
 from driftwatch.doctor import run_checks
@@ -279,6 +280,27 @@ def run(
     ended = reason or "stopped"
     print(summary(monitor.snapshot, monitor.store, monitor.reported.values(), ended, started))
     raise typer.Exit(exit_code(child.returncode))
+
+
+@app.command()
+def analyze(
+    path: Annotated[Path, typer.Argument(help="A TensorBoard logdir or a samples file.")],
+    json_lines: Annotated[
+        bool, typer.Option("--json", help="Print findings as JSON lines, as --findings writes.")
+    ] = False,
+    run: Annotated[str, typer.Option(help="Run name in the JSON output.")] = "",
+) -> None:
+    """Run the detectors offline on a finished or running run's logs."""
+    found = analyze_path(path)
+    name = run or path.name
+    if json_lines:
+        for finding in found:
+            print(finding.to_json(name))
+        return
+    if not found:
+        print(f"{name}: no findings")
+    for finding in found:
+        print(f"[{finding.severity.value}] {finding.kind}: {finding.message}")
 
 
 @app.command()

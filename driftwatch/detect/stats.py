@@ -2,7 +2,7 @@
 
 Training-run telemetry is heavy-tailed (checkpoint and GC spikes), autocorrelated (step
 times wander) and short once downsampled (tens of block medians), so the detectors use
-rank- and median-based tools: Theil–Sen slopes, the Mann–Kendall trend test with an
+rank- and median-based tools: Theil-Sen slopes, the Mann-Kendall trend test with an
 autocorrelation correction, MAD scales, CUSUM on log ratios, and streaming block medians.
 """
 
@@ -20,7 +20,7 @@ FloatArray = npt.NDArray[np.float64]
 #: MAD -> standard deviation for normal data (1 / Phi^-1(3/4)).
 MAD_TO_SIGMA = 1.4826
 
-#: Largest lag-1 autocorrelation the Mann–Kendall correction will use (caps n/n* at 39).
+#: Largest lag-1 autocorrelation the Mann-Kendall correction will use (caps n/n* at 39).
 MAX_LAG1 = 0.95
 
 
@@ -29,7 +29,7 @@ def _as_float(x: npt.ArrayLike) -> FloatArray:
 
 
 def theil_sen(t: npt.ArrayLike, y: npt.ArrayLike) -> tuple[float, float]:
-    """Theil–Sen line through ``(t, y)``: ``(slope, intercept)``.
+    """Theil-Sen line through ``(t, y)``: ``(slope, intercept)``.
 
     The slope is the median of the pairwise slopes over all pairs with distinct ``t``; the
     intercept is ``median(y - slope * t)``. Up to ~29% of the points can be arbitrary
@@ -56,7 +56,7 @@ def theil_sen(t: npt.ArrayLike, y: npt.ArrayLike) -> tuple[float, float]:
 class MannKendall(NamedTuple):
     """Result of :func:`mann_kendall`.
 
-    ``s``: the Mann–Kendall statistic, #increasing pairs - #decreasing pairs.
+    ``s``: the Mann-Kendall statistic, #increasing pairs - #decreasing pairs.
     ``z``: continuity-corrected normal score, ``(s - sign(s)) / sqrt(var_s)``.
     ``p``: two-sided p-value of "no monotone trend" from the normal approximation.
     ``tau``: Kendall's tau-a, ``s / (n (n - 1) / 2)``, in [-1, 1].
@@ -94,11 +94,11 @@ def lag1_autocorrelation(x: npt.ArrayLike) -> float:
 
 
 def ess_variance_factor(y: npt.ArrayLike) -> tuple[float, float]:
-    """Yue–Wang effective-sample-size factor ``n / n*`` for Mann–Kendall: ``(factor, r1)``.
+    """Yue-Wang effective-sample-size factor ``n / n*`` for Mann-Kendall: ``(factor, r1)``.
 
     Exactly this (Yue & Wang 2004, "modified MK", AR(1) simple form):
 
-    1. detrend with the Theil–Sen slope over the sample index: ``e = y - b * index``;
+    1. detrend with the Theil-Sen slope over the sample index: ``e = y - b * index``;
     2. ``r = lag1_autocorrelation(e)``;
     3. for n > 8, undo the small-sample bias of ``r``. For detrended AR(1) residuals
        ``E[r] ~= phi - (2 + 6 phi) / n`` (the mean-only analogue is Kendall's
@@ -130,7 +130,7 @@ def ess_variance_factor(y: npt.ArrayLike) -> tuple[float, float]:
 
 
 def mann_kendall(y: npt.ArrayLike, *, lag1_correction: bool = False) -> MannKendall:
-    """Mann–Kendall test for a monotone trend in ``y`` (assumed equally spaced in time).
+    """Mann-Kendall test for a monotone trend in ``y`` (assumed equally spaced in time).
 
     Rank-based, so heavy tails and spikes barely matter. ``var(S)`` is tie-corrected,
     ``n (n-1) (2n+5) / 18 - sum_g t_g (t_g-1) (2 t_g+5) / 18`` over groups of ``t_g`` equal

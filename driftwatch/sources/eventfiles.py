@@ -42,6 +42,8 @@ class _Tensorboard:
 
     version: str
     loader: Callable[[str], Any]  # EventFileLoader: reads new records, keeps its offset
+    raw_loader: Callable[[str], Any]  # RawEventFileLoader: the serialized records
+    parse: Callable[[bytes, dict[str, Any]], Iterator[Any]]  # record -> migrated events
     make_ndarray: Callable[[Any], Any]
     scalar_class: int  # SummaryMetadata.data_class of scalar summaries
     read_errors: tuple[type[Exception], ...]  # what reading a vanished or broken file raises
@@ -56,9 +58,10 @@ def _tensorboard() -> _Tensorboard:
         # Before ``tensorboard.compat.tf`` is first resolved: else it imports TensorFlow.
         sys.modules.setdefault(_NOTF, types.ModuleType(_NOTF))
         from google.protobuf.message import DecodeError
+        from tensorboard import data_compat, dataclass_compat
         from tensorboard.backend.event_processing import event_file_loader
         from tensorboard.compat import tf
-        from tensorboard.compat.proto import summary_pb2
+        from tensorboard.compat.proto import event_pb2, summary_pb2
         from tensorboard.util import tensor_util
     except ImportError as err:
         if err.name == "tensorboard":
@@ -67,9 +70,17 @@ def _tensorboard() -> _Tensorboard:
             f"tensorboard's event-file loader cannot be imported ({err}): "
             "event files are not monitored"
         ) from err
+
+    def parse(record: bytes, initial_metadata: dict[str, Any]) -> Iterator[Any]:
+        """What ``EventFileLoader`` does to each record, for readers of raw records."""
+        event = data_compat.migrate_event(event_pb2.Event.FromString(record))
+        yield from dataclass_compat.migrate_event(event, initial_metadata)
+
     return _Tensorboard(
         version=str(tensorboard.__version__),
         loader=event_file_loader.EventFileLoader,
+        raw_loader=event_file_loader.RawEventFileLoader,
+        parse=parse,
         make_ndarray=tensor_util.make_ndarray,
         scalar_class=int(summary_pb2.DATA_CLASS_SCALAR),
         read_errors=(tf.errors.OpError, OSError, DecodeError),
@@ -92,6 +103,34 @@ class _Scalar(NamedTuple):
     key: tuple[str, str]  # (directory, tag): train/ and validation/ are separate series
 
 
+class StepProgress:
+    """Training progress from scalar events fed in wall-time order.
+
+    Follows the highest step seen. Only the tag that raises it yields a duration, measured
+    from that same tag's previous event: so tags at the same step add nothing, and
+    epoch-numbered tags (lower steps) never mix with global-step tags.
+    """
+
+    def __init__(self) -> None:
+        self.nonfinite = 0
+        self.top: tuple[int, float] | None = None  # highest step, wall time first logged
+        self._last: dict[tuple[str, str], tuple[int, float]] = {}  # key -> (step, wall time)
+
+    def feed(self, scalar: _Scalar) -> float | None:
+        """Seconds per step if ``scalar`` advances the highest step, else None."""
+        if not math.isfinite(scalar.value):
+            self.nonfinite += 1
+        previous = self._last.get(scalar.key)
+        self._last[scalar.key] = (scalar.step, scalar.wall_time)
+        if self.top is not None and scalar.step <= self.top[0]:
+            return None
+        self.top = (scalar.step, scalar.wall_time)
+        if previous is None:  # else its step is below the old top, so below this one
+            return None
+        seconds = (scalar.wall_time - previous[1]) / (scalar.step - previous[0])
+        return seconds if seconds > 0 else None
+
+
 class _Tail:
     """One event file read incrementally; the loader keeps the offset and partial records."""
 
@@ -110,14 +149,17 @@ class _Tail:
         """
         try:
             for event in self._loader.Load():
-                for value in event.summary.value:
-                    scalar = self._scalar(value)
-                    if scalar is not None:
-                        yield _Scalar(event.wall_time, event.step, scalar, (self._dir, value.tag))
+                yield from self.scalars_of(event)
                 if time.monotonic() >= deadline:
                     return
         except self._tb.read_errors as err:
             log.debug("stopped reading %s: %s", self.path, err)
+
+    def scalars_of(self, event: Any) -> Iterator[_Scalar]:
+        for value in event.summary.value:
+            scalar = self._scalar(value)
+            if scalar is not None:
+                yield _Scalar(event.wall_time, event.step, scalar, (self._dir, value.tag))
 
     def _scalar(self, value: Any) -> float | None:
         if value.HasField("metadata"):
@@ -161,9 +203,7 @@ class EventFileSource:
         self._access_denied_logged = False
         self._tails: dict[str, _Tail] = {}  # by real path
         self._any_file = False
-        self._nonfinite = 0
-        self._last: dict[tuple[str, str], tuple[int, float]] = {}  # key -> (step, wall time)
-        self._top: tuple[int, float] | None = None  # highest step, wall time first logged
+        self._progress = StepProgress()
 
     def sample(self, now: float) -> list[Sample]:
         tb = _tensorboard()
@@ -176,9 +216,9 @@ class EventFileSource:
         ]
         samples += self._read()
         if self._any_file:
-            samples.append(Sample("nonfinite_total", float(self._nonfinite), now))
-        if self._top is not None and self._track_steps():
-            step, wall_time = self._top
+            samples.append(Sample("nonfinite_total", float(self._progress.nonfinite), now))
+        if self._progress.top is not None and self._track_steps():
+            step, wall_time = self._progress.top
             samples.append(Sample("train_step", float(step), now))
             samples.append(Sample("step_timestamp", wall_time, now))
         return samples
@@ -224,35 +264,88 @@ class EventFileSource:
         return sizes
 
     def _read(self) -> list[Sample]:
-        """Consume new scalars of all files in wall-time order; ``step_seconds`` samples.
-
-        Step progress follows the highest step seen. Only the tag that raises it yields a
-        duration, measured from that same tag's previous event: so tags at the same step add
-        nothing, and epoch-numbered tags (lower steps) never mix with global-step tags.
-        """
+        """Consume new scalars of all files in wall-time order; ``step_seconds`` samples."""
         deadline = time.monotonic() + self._read_budget_seconds
         track_steps = self._track_steps()
         streams = [tail.scalars(deadline) for tail in self._tails.values()]
         samples = []
         for scalar in heapq.merge(*streams, key=lambda s: s.wall_time):
-            if not math.isfinite(scalar.value):
-                self._nonfinite += 1
-            previous = self._last.get(scalar.key)
-            self._last[scalar.key] = (scalar.step, scalar.wall_time)
-            if self._top is not None and scalar.step <= self._top[0]:
-                continue
-            self._top = (scalar.step, scalar.wall_time)
-            if (
-                previous is not None and track_steps
-            ):  # its step is below the old top, so below this one
-                seconds = (scalar.wall_time - previous[1]) / (scalar.step - previous[0])
-                if seconds > 0:
-                    samples.append(Sample("step_seconds", seconds, scalar.wall_time))
+            seconds = self._progress.feed(scalar)
+            if seconds is not None and track_steps:
+                samples.append(Sample("step_seconds", seconds, scalar.wall_time))
         return samples
 
     def close(self) -> None:
         """Drop the loaders; they hold no open descriptors between reads."""
         self._tails.clear()
+
+
+RECORD_OVERHEAD = 16
+"""Bytes a TFRecord adds around each record: length, its CRC, and the data's CRC."""
+
+
+class _Replayed(NamedTuple):
+    wall_time: float
+    file: int
+    size: int  # the file's size once this record was written
+    scalars: list[_Scalar]
+
+
+def _replay_file(tb: _Tensorboard, index: int, path: str) -> Iterator[_Replayed]:
+    tail = _Tail(tb, path)
+    metadata: dict[str, Any] = {}
+    size = 0
+    try:
+        for record in tb.raw_loader(path).Load():
+            size += len(record) + RECORD_OVERHEAD
+            for event in tb.parse(record, metadata):
+                yield _Replayed(event.wall_time, index, size, list(tail.scalars_of(event)))
+    except tb.read_errors as err:
+        log.warning("stopped reading %s: %s", path, err)
+
+
+def replay_logdir(logdir: Path, resolution: float = 1.0) -> Iterator[Sample]:
+    """A finished (or running) run's samples, rebuilt from its event files alone.
+
+    Each file's size as of each record comes from the record lengths, so event-file growth
+    over the run is known without having watched it; step progress and non-finite values
+    are read as ``EventFileSource`` reads them. Series other than ``step_seconds`` are
+    emitted at most once per ``resolution`` seconds of the run's wall time.
+    """
+    tb = _tensorboard()
+    paths = sorted(
+        os.path.join(root, f)
+        for root, _dirs, files in os.walk(logdir)
+        for f in files
+        if _is_event_file(f)
+    )
+    sizes = [0] * len(paths)
+    progress = StepProgress()
+
+    def progress_samples(t: float) -> Iterator[Sample]:
+        yield Sample("event_files", float(sum(1 for size in sizes if size)), t)
+        yield Sample("event_file_bytes", float(sum(sizes)), t)
+        yield Sample("event_file_largest_bytes", float(max(sizes)), t)
+        yield Sample("nonfinite_total", float(progress.nonfinite), t)
+        if progress.top is not None:
+            yield Sample("train_step", float(progress.top[0]), t)
+            yield Sample("step_timestamp", progress.top[1], t)
+
+    next_emit = -math.inf
+    t = math.nan
+    streams = [_replay_file(tb, i, path) for i, path in enumerate(paths)]
+    for replayed in heapq.merge(*streams, key=lambda r: r.wall_time):
+        sizes[replayed.file] = replayed.size
+        t = replayed.wall_time
+        for scalar in replayed.scalars:
+            seconds = progress.feed(scalar)
+            if seconds is not None:
+                yield Sample("step_seconds", seconds, scalar.wall_time)
+        if t >= next_emit:
+            next_emit = t + resolution
+            yield from progress_samples(t)
+    if math.isfinite(t):  # the final state, whatever the resolution
+        yield from progress_samples(t)
 
 
 def _is_event_file(path: str) -> bool:
