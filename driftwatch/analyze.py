@@ -19,8 +19,9 @@ from driftwatch.findings import Finding
 from driftwatch.series import SERIES, Sample
 from driftwatch.sources.eventfiles import replay_logdir
 
-EVALUATE_EVERY_SECONDS = 10.0
-"""How often, in the recording's time, the detectors are asked what holds (as live)."""
+EVALUATE_EVERY_SECONDS = 30.0
+"""How often, in the recording's time, the detectors are asked what holds: as a live
+monitor would, a little less often (findings' onsets are estimated, not tick-bound)."""
 
 
 class RecordingError(DriftwatchError):
@@ -28,37 +29,43 @@ class RecordingError(DriftwatchError):
 
 
 def read_samples(path: Path) -> Iterator[Sample]:
-    """The samples of a recording, checked line by line."""
-    last_t = -math.inf
+    """The samples of a recording, checked line by line (a hot loop: kept lean)."""
     try:
         lines = path.open(encoding="utf-8")
     except OSError as err:
         raise RecordingError(f"{path}: cannot read: {err.strerror}") from err
+    loads = json.loads
+    known = SERIES.keys()
+    numbers = (int, float)
+    last_t = -math.inf
     with lines:
         for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{number}"
             try:
-                record = json.loads(line)
-                t, series, value = record["t"], record["series"], record["value"]
-                labels = record.get("labels", {})
+                record = loads(line)
+                t = record["t"]
+                series = record["series"]
+                value = record["value"]
             except (ValueError, KeyError, TypeError) as err:
+                if not line.strip():
+                    continue
                 raise RecordingError(
-                    f'{where}: expected {{"t": seconds, "series": name, "value": number}}'
+                    f'{path}:{number}: expected {{"t": seconds, "series": name, "value": number}}'
                 ) from err
-            if not isinstance(t, int | float) or not isinstance(value, int | float | None):
-                raise RecordingError(f"{where}: t and value must be numbers")
-            if series not in SERIES:
-                raise RecordingError(f"{where}: unknown series {series!r} (see the README)")
-            if not isinstance(labels, dict):
-                raise RecordingError(f"{where}: labels must be an object")
+            if type(t) not in numbers or (value is not None and type(value) not in numbers):
+                raise RecordingError(f"{path}:{number}: t and value must be numbers")
+            if series not in known:
+                raise RecordingError(f"{path}:{number}: unknown series {series!r} (see the README)")
             if t < last_t:
-                raise RecordingError(f"{where}: time goes backwards ({t} after {last_t})")
+                raise RecordingError(f"{path}:{number}: time goes backwards ({t} after {last_t})")
             last_t = t
-            number_value = math.nan if value is None else float(value)
-            label_items = tuple(sorted((str(k), str(v)) for k, v in labels.items()))
-            yield Sample(series, number_value, float(t), label_items)
+            labels = record.get("labels")
+            if labels is None:
+                yield Sample(series, math.nan if value is None else value, t)
+            elif isinstance(labels, dict):
+                items = tuple(sorted((str(k), str(v)) for k, v in labels.items()))
+                yield Sample(series, math.nan if value is None else value, t, items)
+            else:
+                raise RecordingError(f"{path}:{number}: labels must be an object")
 
 
 def detect(samples: Iterable[Sample], every: float = EVALUATE_EVERY_SECONDS) -> list[Finding]:

@@ -46,6 +46,7 @@ class PerStepGrowthDetector:
         self.min_increase = min_increase
         self._bytes = WindowMeans(width, points + 1)
         self._steps = WindowMeans(width, points + 1)
+        self._evaluated: tuple[tuple[int, int], Evaluation] | None = None
 
     def observe(self, sample: Sample) -> None:
         target = self._bytes if sample.series == self.bytes_series else self._steps
@@ -63,6 +64,13 @@ class PerStepGrowthDetector:
         return np.array(times), np.array(ratios)
 
     def evaluate(self, now: float) -> Evaluation:
+        """Recomputed only when a window has closed since the last call."""
+        key = (self._bytes.version, self._steps.version)
+        if self._evaluated is None or self._evaluated[0] != key:
+            self._evaluated = (key, self._evaluate())
+        return self._evaluated[1]
+
+    def _evaluate(self) -> Evaluation:
         times, ratios = self.per_step()
         if len(ratios) < self.min_points:
             return Evaluation(0.0)
@@ -104,11 +112,18 @@ class UnrotatedEventFileDetector:
         self.min_points = min_points
         self.horizon = horizon
         self._sizes = WindowMeans(width, 16)
+        self._evaluated: tuple[int, Evaluation] | None = None
 
     def observe(self, sample: Sample) -> None:
         self._sizes.add(sample.t, sample.value)
 
     def evaluate(self, now: float) -> Evaluation:
+        """Recomputed only when a window has closed since the last call."""
+        if self._evaluated is None or self._evaluated[0] != self._sizes.version:
+            self._evaluated = (self._sizes.version, self._evaluate())
+        return self._evaluated[1]
+
+    def _evaluate(self) -> Evaluation:
         means = list(self._sizes.means)
         if len(means) < self.min_points:
             return Evaluation(0.0)

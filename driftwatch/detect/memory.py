@@ -47,11 +47,12 @@ def human_duration(seconds: float) -> str:
 class WindowMeans:
     """Consecutive fixed-width window means of one series: the newest ``points`` only."""
 
-    __slots__ = ("_count", "_start", "_sum", "means", "width")
+    __slots__ = ("_count", "_start", "_sum", "means", "version", "width")
 
     def __init__(self, width: float, points: int) -> None:
         self.width = width
         self.means: deque[tuple[float, float]] = deque(maxlen=points)  # (window start, mean)
+        self.version = 0  # counts closed windows: analyses of ``means`` can be cached on it
         self._start = math.nan
         self._sum = 0.0
         self._count = 0
@@ -63,6 +64,7 @@ class WindowMeans:
         if start > self._start or math.isnan(self._start):
             if self._count:
                 self.means.append((self._start, self._sum / self._count))
+                self.version += 1
             self._start, self._sum, self._count = start, 0.0, 0
         self._sum += value
         self._count += 1
@@ -84,14 +86,16 @@ Jump = tuple[float, float]
 """(when, by how many bytes)."""
 
 
+_ScaleAnalysis = tuple[list[Trend], list[Trend], list[Jump]]
+
+
 @dataclass
 class _Signal:
     """State of one signal and label set."""
 
     scales: list[WindowMeans]
     first_t: float = math.nan
-    limit: float = math.nan
-    jumps_reported: set[float] = field(default_factory=set)
+    analysed: dict[float, tuple[tuple[int, float], _ScaleAnalysis]] = field(default_factory=dict)
 
 
 class MemoryDriftDetector:
@@ -167,35 +171,50 @@ class MemoryDriftDetector:
         )
 
     def trends(self, state: _Signal) -> tuple[list[Trend], list[Trend], list[Jump]]:
-        """(trends past warm-up, fast trends at any time, level jumps)."""
+        """(trends past warm-up, fast trends at any time, level jumps), over all scales."""
         settled: list[Trend] = []
         fast: list[Trend] = []
         jumps: list[Jump] = []
         warm_until = self.warmup_end(state)
         for scale in state.scales:
-            if len(scale.means) < self.min_points:
+            key = (scale.version, warm_until)
+            cached = state.analysed.get(scale.width)
+            if cached is None or cached[0] != key:
+                cached = state.analysed[scale.width] = (key, self._analyse(scale, warm_until))
+            scale_settled, scale_fast, scale_jumps = cached[1]
+            settled += scale_settled
+            fast += scale_fast
+            jumps += scale_jumps
+        return settled, fast, jumps
+
+    def _analyse(self, scale: WindowMeans, warm_until: float) -> _ScaleAnalysis:
+        """One scale's trends and jumps; cached until a window closes or warm-up ends."""
+        settled: list[Trend] = []
+        fast: list[Trend] = []
+        jumps: list[Jump] = []
+        if len(scale.means) < self.min_points:
+            return settled, fast, jumps
+        times = np.array([t for t, _ in scale.means])
+        means = np.array([m for _, m in scale.means])
+        level = float(means[-1])
+        splits = level_jumps(means, min_jump=max(self.min_growth_bytes * 4, 0.02 * level))
+        for i in splits:
+            jumps.append((float(times[i]), float(means[i] - means[i - 1])))
+        start = splits[-1] if splits else 0
+        for subset, bucket in ((times >= warm_until, settled), (None, fast)):
+            idx = np.arange(start, len(means))
+            if subset is not None:
+                idx = idx[subset[start:]]
+            if len(idx) < self.min_points:
                 continue
-            times = np.array([t for t, _ in scale.means])
-            means = np.array([m for _, m in scale.means])
-            level = float(means[-1])
-            splits = level_jumps(means, min_jump=max(self.min_growth_bytes * 4, 0.02 * level))
-            for i in splits:
-                jumps.append((float(times[i]), float(means[i] - means[i - 1])))
-            start = splits[-1] if splits else 0
-            for subset, bucket in ((times >= warm_until, settled), (None, fast)):
-                idx = np.arange(start, len(means))
-                if subset is not None:
-                    idx = idx[subset[start:]]
-                if len(idx) < self.min_points:
-                    continue
-                slope, _ = theil_sen(times[idx], means[idx])
-                if not slope > 0:
-                    continue
-                test = mann_kendall(means[idx], lag1_correction=True)
-                if test.p < self.alpha:
-                    bucket.append(
-                        Trend(scale.width, slope, test.p, level, float(times[idx[0]]), len(idx))
-                    )
+            slope, _ = theil_sen(times[idx], means[idx])
+            if not slope > 0:
+                continue
+            test = mann_kendall(means[idx], lag1_correction=True)
+            if test.p < self.alpha:
+                bucket.append(
+                    Trend(scale.width, slope, test.p, level, float(times[idx[0]]), len(idx))
+                )
         return settled, fast, jumps
 
     def evaluate(self, now: float) -> Evaluation:
