@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -27,6 +28,21 @@ def build_model(features: int) -> keras.Model:
     return model
 
 
+class SlowFrom(keras.callbacks.Callback):  # type: ignore[misc]
+    """Adds ``seconds`` of host work to every step from ``step`` on."""
+
+    def __init__(self, step: int, seconds: float) -> None:
+        super().__init__()
+        self.step = step
+        self.seconds = seconds
+        self.steps_done = 0
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, float] | None = None) -> None:
+        self.steps_done += 1
+        if self.steps_done >= self.step:
+            time.sleep(self.seconds)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--logdir", required=True, help="TensorBoard log directory")
@@ -34,6 +50,8 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=4096)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--log-every", type=int, default=10, help="log scalars every N batches")
+    parser.add_argument("--slow-from-step", type=int, default=0, help="0: never slow down")
+    parser.add_argument("--slow-seconds", type=float, default=0.002)
     args = parser.parse_args()
 
     rng = np.random.default_rng(0)
@@ -43,6 +61,11 @@ def main() -> None:
         "float32"
     )
     model = build_model(features)
+    callbacks: list[keras.callbacks.Callback] = [
+        keras.callbacks.TensorBoard(args.logdir, update_freq=args.log_every)
+    ]
+    if args.slow_from_step:
+        callbacks.append(SlowFrom(args.slow_from_step, args.slow_seconds))
     model.fit(
         x,
         y,
@@ -50,7 +73,7 @@ def main() -> None:
         epochs=args.epochs,
         validation_split=0.1,
         verbose=0,
-        callbacks=[keras.callbacks.TensorBoard(args.logdir, update_freq=args.log_every)],
+        callbacks=callbacks,
     )
 
 

@@ -122,7 +122,10 @@ class SlowdownDetector:
 class PeriodicStallDetector:
     """Steps far slower than usual that come back regularly: checkpoints, validation,
     the first step of an epoch. Reported as information with their period and share of
-    wall time; a stall that keeps getting longer is a warning of its own."""
+    wall time; a stall that keeps getting longer is a warning of its own.
+
+    Regularity is judged in samples (steps with the hook, logging intervals from event
+    files), the period reported in seconds."""
 
     name = "periodic_stall"
     series = frozenset({"step_seconds"})
@@ -162,16 +165,17 @@ class PeriodicStallDetector:
             return Evaluation(0.0)
         extras = np.array([e for _, _, e in self._stalls])
         times = np.array([t for _, t, _ in self._stalls])
-        window_steps = steps[-1] - steps[0] + period
-        share = float(extras.sum() / (window_steps * self._reference + extras.sum()))
+        every = float(np.median(np.diff(times)))
+        share = float(extras.sum() / (times[-1] - times[0] + every))
         evidence: dict[str, float | str] = {
-            "period_steps": period,
+            "period_samples": period,
+            "period_seconds": every,
             "stall_seconds": float(np.median(extras)),
             "share_of_wall_time": share,
         }
         message = (
-            f"every {period:.0f} steps a step takes {_ms(float(np.median(extras)))} longer "
-            f"(checkpoint, validation or epoch start), {share:.1%} of wall time."
+            f"about every {every:.1f} s training pauses for {_ms(float(np.median(extras)))} "
+            f"(checkpoint, validation or epoch start): {share:.1%} of wall time."
         )
         severity = Severity.INFO
         trend = mann_kendall(extras)
