@@ -5,8 +5,10 @@ consecutive windows at several widths (2 s to 10 min) and the newest ``points`` 
 each are tested: Theil-Sen slope and Mann-Kendall trend (corrected for lag-1
 autocorrelation), within the segment after the last level jump, so a one-off allocation is
 a "memory step", not a leak. Short scales see fast growth within seconds, long ones a slow
-leak over hours. Warm-up is excluded, except for growth that would exhaust the limit within
-``fast_horizon`` seconds, which is reported whenever it is seen.
+leak over hours. Warm-up is excluded, and a trend counts as a leak only once it has held for
+``min_span`` seconds (a GC or caching cycle rises for minutes, then falls), except growth
+that would exhaust the limit within ``fast_horizon`` seconds: that is reported whenever it
+is seen.
 """
 
 from __future__ import annotations
@@ -115,6 +117,7 @@ class MemoryDriftDetector:
         min_growth: float = 0.005,
         min_growth_bytes: float = 16 * MIB,
         fast_horizon: float = 3600.0,
+        min_span: float = 1200.0,
         scales: tuple[float, ...] = SCALES_SECONDS,
     ) -> None:
         self.name = kind
@@ -134,6 +137,7 @@ class MemoryDriftDetector:
         self.min_growth = min_growth
         self.min_growth_bytes = min_growth_bytes
         self.fast_horizon = fast_horizon
+        self.min_span = min_span
         self._scales = scales
         self._signals: dict[Labels, _Signal] = {}
         self._limits: dict[Labels, float] = {}
@@ -243,7 +247,13 @@ class MemoryDriftDetector:
             return (limit - trend.level) / trend.slope if limit > trend.level else math.inf
 
         urgent = [t for t in fast if time_to_limit(t) < self.fast_horizon]
-        worth = [t for t in settled if self._materiality(t) >= 1]
+        # A trend over a short span may be the rising half of a GC or caching cycle: only a
+        # trend held for ``min_span`` is a leak, unless it is urgent.
+        worth = [
+            t
+            for t in settled
+            if self._materiality(t) >= 1 and t.points * t.width >= self.min_span
+        ]
         candidates = urgent or worth
         if not candidates:
             return None, max((self._materiality(t) for t in settled), default=0.0)
