@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import statistics
 import time
 from collections import deque
@@ -28,7 +29,7 @@ class NonFiniteDetector:
         self._first_seen: float | None = None
 
     def observe(self, sample: Sample) -> None:
-        if sample.value > 0:  # False for NaN
+        if math.isfinite(sample.value) and sample.value > 0:
             self._counts[sample.series] = sample.value
             if self._first_seen is None or sample.t < self._first_seen:
                 self._first_seen = sample.t
@@ -68,7 +69,7 @@ class StallDetector:
         self._stamps: deque[float] = deque(maxlen=window)
 
     def observe(self, sample: Sample) -> None:
-        if not self._stamps or sample.value > self._stamps[-1]:
+        if math.isfinite(sample.value) and (not self._stamps or sample.value > self._stamps[-1]):
             self._stamps.append(sample.value)
 
     def evaluate(self, now: float) -> Evaluation:

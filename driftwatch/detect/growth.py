@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import itertools
 import math
+from collections import deque
 
 import numpy as np
 
 from driftwatch.detect import Detector, Evaluation
 from driftwatch.detect.basic import clock
 from driftwatch.detect.memory import WindowMeans, human_bytes, human_duration
-from driftwatch.detect.stats import mann_kendall, theil_sen
+from driftwatch.detect.stats import theil_sen
 from driftwatch.findings import Finding, Severity
 from driftwatch.series import Sample
 
@@ -18,9 +18,14 @@ MIB = 1 << 20
 
 
 class PerStepGrowthDetector:
-    """Bytes written per training step, per window: a rising trend means each step writes
-    more than the one before (image summaries, histograms, an upload that re-sends
-    everything), which no fixed rate threshold would see."""
+    """Bytes written per training step, per window, against the run's own baseline: each
+    step writing more than it used to (image summaries of growing tensors, an upload that
+    re-sends everything so far) is what no fixed rate threshold would see.
+
+    Windows are long (5 min) because TensorFlow flushes event files in bursts (every 2 min
+    by default); the baseline is the median of ``baseline_windows`` windows after the first
+    ``skip_windows``, the current value the median of the newest ``recent_windows``.
+    """
 
     def __init__(
         self,
@@ -28,10 +33,10 @@ class PerStepGrowthDetector:
         kind: str,
         what: str,
         advice: str,
-        width: float = 60.0,
-        points: int = 24,
-        min_points: int = 8,
-        alpha: float = 0.001,
+        width: float = 300.0,
+        skip_windows: int = 1,
+        baseline_windows: int = 6,
+        recent_windows: int = 6,
         min_increase: float = 0.5,
     ) -> None:
         self.name = kind
@@ -41,58 +46,64 @@ class PerStepGrowthDetector:
         self.bytes_series = bytes_series
         self.series = frozenset({bytes_series, "train_step"})
         self.width = width
-        self.min_points = min_points
-        self.alpha = alpha
         self.min_increase = min_increase
-        self._bytes = WindowMeans(width, points + 1)
-        self._steps = WindowMeans(width, points + 1)
-        self._evaluated: tuple[tuple[int, int], Evaluation] | None = None
+        self._skip = skip_windows
+        self._baseline_size = baseline_windows
+        self._baseline: list[float] = []
+        self._recent_size = recent_windows
+        self._recent: deque[tuple[float, float]] = deque(maxlen=recent_windows)
+        self._window = math.nan  # start of the open window
+        self._opened: tuple[float, float] | None = None  # (bytes, steps) at its start
+        self._latest: tuple[float, float] = (math.nan, math.nan)
 
     def observe(self, sample: Sample) -> None:
-        target = self._bytes if sample.series == self.bytes_series else self._steps
-        target.add(sample.t, sample.value)
+        if not math.isfinite(sample.value):
+            return
+        total, steps = self._latest
+        if sample.series == self.bytes_series:
+            total = sample.value
+        else:
+            steps = sample.value
+        self._latest = (total, steps)
+        window = math.floor(sample.t / self.width) * self.width
+        if window <= self._window:  # False while no window is open (NaN)
+            return
+        if self._opened is not None and math.isfinite(total) and math.isfinite(steps):
+            self._close(self._window, total - self._opened[0], steps - self._opened[1])
+        self._window = window
+        self._opened = (total, steps) if math.isfinite(total) and math.isfinite(steps) else None
 
-    def per_step(self) -> tuple[np.ndarray, np.ndarray]:
-        """(window start, bytes per step) for consecutive windows where steps advanced."""
-        steps = dict(self._steps.means)
-        rows = [(t, b, steps[t]) for t, b in self._bytes.means if t in steps]
-        times, ratios = [], []
-        for (_, b0, s0), (t1, b1, s1) in itertools.pairwise(rows):
-            if s1 > s0 and b1 >= b0:
-                times.append(t1)
-                ratios.append((b1 - b0) / (s1 - s0))
-        return np.array(times), np.array(ratios)
+    def _close(self, start: float, grown: float, advanced: float) -> None:
+        if advanced <= 0 or grown < 0:  # no training, or the file was rotated or deleted
+            return
+        ratio = grown / advanced
+        if self._skip > 0:
+            self._skip -= 1
+        elif len(self._baseline) < self._baseline_size:
+            self._baseline.append(ratio)
+        else:
+            self._recent.append((start, ratio))
 
     def evaluate(self, now: float) -> Evaluation:
-        """Recomputed only when a window has closed since the last call."""
-        key = (self._bytes.version, self._steps.version)
-        if self._evaluated is None or self._evaluated[0] != key:
-            self._evaluated = (key, self._evaluate())
-        return self._evaluated[1]
-
-    def _evaluate(self) -> Evaluation:
-        times, ratios = self.per_step()
-        if len(ratios) < self.min_points:
+        if len(self._baseline) < self._baseline_size or len(self._recent) < self._recent_size:
             return Evaluation(0.0)
-        slope, intercept = theil_sen(times, ratios)
-        test = mann_kendall(ratios, lag1_correction=True)
-        start = intercept + slope * times[0]
-        end = intercept + slope * times[-1]
-        increase = end / start - 1 if start > 0 else math.inf
-        score = max(0.0, increase / self.min_increase) if test.p < self.alpha else 0.0
-        if score < 1 or not slope > 0:
-            return Evaluation(min(score, 0.99))
+        baseline = float(np.median(self._baseline))
+        current = float(np.median([r for _, r in self._recent]))
+        increase = current / baseline - 1 if baseline > 0 else (math.inf if current > 0 else 0.0)
+        score = max(0.0, increase / self.min_increase)
+        if score < 1:
+            return Evaluation(score)
+        since = self._recent[0][0]
         message = (
-            f"{self.what} per training step keeps rising: {human_bytes(max(start, 0))} -> "
-            f"{human_bytes(end)} per step since {clock(float(times[0]))}. {self.advice}"
+            f"{self.what} per training step rose from {human_bytes(baseline)} to "
+            f"{human_bytes(current)} (since about {clock(since)}). {self.advice}"
         )
         evidence: dict[str, float | str] = {
-            "bytes_per_step_start": float(start),
-            "bytes_per_step_now": float(end),
-            "p_value": test.p,
+            "bytes_per_step_baseline": baseline,
+            "bytes_per_step_now": current,
         }
-        finding = Finding(self.kind, Severity.WARNING, float(times[0]), message, evidence)
-        return Evaluation(score, (finding,))
+        finding = Finding(self.kind, Severity.WARNING, since, message, evidence)
+        return Evaluation(min(score, 10.0), (finding,))
 
 
 class UnrotatedEventFileDetector:

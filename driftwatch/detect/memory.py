@@ -250,9 +250,7 @@ class MemoryDriftDetector:
         # A trend over a short span may be the rising half of a GC or caching cycle: only a
         # trend held for ``min_span`` is a leak, unless it is urgent.
         worth = [
-            t
-            for t in settled
-            if self._materiality(t) >= 1 and t.points * t.width >= self.min_span
+            t for t in settled if self._materiality(t) >= 1 and t.points * t.width >= self.min_span
         ]
         candidates = urgent or worth
         if not candidates:

@@ -157,14 +157,19 @@ class PeriodicStallDetector:
     def evaluate(self, now: float) -> Evaluation:
         if len(self._stalls) < self.min_stalls:
             return Evaluation(0.0)
-        steps = np.array([s for s, _, _ in self._stalls], dtype=float)
-        intervals = np.diff(steps)
-        period = float(np.median(intervals))
-        spread = float(np.median(np.abs(intervals - period)))
-        if period < 2 or spread > 0.1 * period:  # not periodic
+        stalls = np.array(self._stalls)  # columns: sample index, t, extra seconds
+        # The odd GC pause or slow batch between checkpoints would break the rhythm: keep
+        # the stalls of the size that recurs.
+        stalls = stalls[stalls[:, 2] >= 0.5 * np.median(stalls[:, 2])]
+        if len(stalls) < self.min_stalls:
             return Evaluation(0.0)
-        extras = np.array([e for _, _, e in self._stalls])
-        times = np.array([t for _, t, _ in self._stalls])
+        intervals = np.diff(stalls[:, 0])
+        period = float(np.median(intervals))
+        regular = np.mean(np.abs(intervals - period) <= 0.1 * period)
+        if period < 2 or regular < 0.7:  # not periodic
+            return Evaluation(0.0)
+        extras = stalls[:, 2]
+        times = stalls[:, 1]
         every = float(np.median(np.diff(times)))
         share = float(extras.sum() / (times[-1] - times[0] + every))
         evidence: dict[str, float | str] = {

@@ -1,0 +1,274 @@
+"""Each detector on clean, noisy and adversarial input, at their own (pure) clock."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import numpy as np
+import pytest
+
+from driftwatch.detect import Detector, Evaluation
+from driftwatch.detect.catalog import default_detectors
+from driftwatch.detect.growth import PerStepGrowthDetector, UnrotatedEventFileDetector
+from driftwatch.detect.memory import HostMemoryDetector, MemoryDriftDetector
+from driftwatch.detect.steps import PeriodicStallDetector, SlowCallbackDetector, SlowdownDetector
+from driftwatch.findings import Severity
+from driftwatch.series import Sample
+
+MIB = 1 << 20
+GIB = 1 << 30
+T0 = 1_700_000_000.0
+
+
+def feed(detector: Detector, samples: Iterable[Sample]) -> Evaluation:
+    last = T0
+    for sample in samples:
+        detector.observe(sample)
+        last = sample.t
+    return detector.evaluate(last)
+
+
+def alarms(evaluation: Evaluation) -> list[str]:
+    return [f.kind for f in evaluation.findings if f.severity is not Severity.INFO]
+
+
+def steps(values: Iterable[float], start: float = T0) -> list[Sample]:
+    samples, t = [], start
+    for value in values:
+        t += value
+        samples.append(Sample("step_seconds", value, t))
+    return samples
+
+
+def noisy_steps(count: int, base: float, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    values = base * rng.lognormal(0, 0.15, count)
+    values[rng.random(count) < 0.002] *= 20  # rare big spikes
+    return values
+
+
+# -- every detector survives adversarial input and stays quiet on it -------------------
+
+ADVERSARIAL = {
+    "single sample": lambda series: [Sample(series, 1.0, T0)],
+    "constant": lambda series: [Sample(series, 5.0, T0 + i) for i in range(5000)],
+    "nan": lambda series: [Sample(series, math.nan, T0 + i) for i in range(500)],
+    "inf": lambda series: [Sample(series, math.inf, T0 + i) for i in range(50)],
+    "clock backwards": lambda series: [
+        Sample(series, 1.0 + (i % 7), T0 + (i if i < 300 else 600 - i)) for i in range(600)
+    ],
+    "gap": lambda series: (
+        [Sample(series, 2.0, T0 + i) for i in range(100)]
+        + [Sample(series, 2.0, T0 + 86400 + i) for i in range(100)]
+    ),
+    "zero and negative": lambda series: [Sample(series, -(i % 3), T0 + i) for i in range(300)],
+}
+
+
+@pytest.mark.parametrize("case", sorted(ADVERSARIAL))
+def test_every_detector_on_adversarial_input(case: str) -> None:
+    for detector in default_detectors():
+        for series in sorted(detector.series):
+            for sample in ADVERSARIAL[case](series):
+                detector.observe(sample)
+        for now in (T0, T0 + 1e5, T0 - 1e5):
+            evaluation = detector.evaluate(now)
+            assert math.isfinite(evaluation.score), (detector.name, case)
+        # Legitimate on such input: silence (stalled), NaN (nonfinite), and the same value
+        # fed as step time and as time outside the step (slow_callbacks: 100 %).
+        legitimate = ("stalled", "nonfinite", "slow_callbacks")
+        noisy = [k for k in alarms(evaluation) if k not in legitimate]
+        assert noisy == [], (detector.name, case, evaluation.findings)
+
+
+# -- step time ---------------------------------------------------------------------------
+
+
+def test_slowdown_is_silent_on_noisy_stationary_steps() -> None:
+    detector = SlowdownDetector()
+    evaluation = feed(detector, steps(noisy_steps(200_000, 0.05)))
+    assert alarms(evaluation) == []
+    assert evaluation.score < 0.5
+
+
+def test_slowdown_flags_a_step_change_with_its_onset() -> None:
+    values = np.concatenate([noisy_steps(20_000, 0.05), noisy_steps(3000, 0.05 * 1.3, seed=1)])
+    samples = steps(values)
+    onset_t = samples[20_000].t
+    evaluation = feed(SlowdownDetector(), samples)
+    (finding,) = evaluation.findings
+    assert finding.kind == "abrupt_slowdown"
+    assert abs(finding.since - onset_t) < 100 * 0.065  # within about a block
+    assert 1.2 < float(finding.evidence["ratio"]) < 1.4
+
+
+def test_slowdown_flags_a_ramp_as_gradual() -> None:
+    ramp = 1 + np.linspace(0, 1.0, 30_000)
+    values = np.concatenate([noisy_steps(5000, 0.05), noisy_steps(30_000, 0.05, seed=2) * ramp])
+    (finding,) = feed(SlowdownDetector(), steps(values)).findings
+    assert finding.kind == "gradual_slowdown"
+    assert float(finding.evidence["increase_per_hour"]) > 0
+
+
+def test_periodic_stalls_are_information_and_growing_ones_a_warning() -> None:
+    values = noisy_steps(20_000, 0.05)
+    values[::500] = 3.0  # a checkpoint every 500 steps
+    evaluation = feed(PeriodicStallDetector(), steps(values))
+    (finding,) = evaluation.findings
+    assert finding.severity is Severity.INFO
+    assert 24 < float(finding.evidence["period_seconds"]) < 30
+    growing = noisy_steps(20_000, 0.05)
+    growing[::500] = np.linspace(1.0, 10.0, len(growing[::500]))
+    (finding,) = feed(PeriodicStallDetector(), steps(growing)).findings
+    assert finding.severity is Severity.WARNING
+    assert "getting longer" in finding.message
+
+
+def test_slow_callbacks_by_share_and_by_growth() -> None:
+    detector = SlowCallbackDetector()
+    samples = []
+    for i in range(5000):
+        gap = 0.005 if i < 2000 else 0.005 + 0.04 * (i - 2000) / 3000
+        samples += [
+            Sample("step_seconds", 0.05 + gap, T0 + i),
+            Sample("step_gap_seconds", gap, T0 + i),
+        ]
+    (finding,) = feed(detector, samples).findings
+    assert finding.kind == "slow_callbacks"
+    assert "up from" in finding.message
+    quiet = SlowCallbackDetector()
+    calm = [
+        s
+        for i in range(3000)
+        for s in (Sample("step_seconds", 0.05, T0 + i), Sample("step_gap_seconds", 0.002, T0 + i))
+    ]
+    assert feed(quiet, calm).findings == ()
+
+
+# -- memory ------------------------------------------------------------------------------
+
+
+def rss(
+    hours: float,
+    leak_per_hour: float = 0.0,
+    onset_h: float = 0.0,
+    every: float = 10.0,
+    jump_at_h: float | None = None,
+    seed: int = 0,
+) -> list[Sample]:
+    rng = np.random.default_rng(seed)
+    samples = [Sample("memory_limit_bytes", 24.0 * GIB, T0)]
+    for i in range(int(hours * 3600 / every)):
+        t = T0 + i * every
+        h = i * every / 3600
+        value = 10 * GIB + 40 * MIB * ((i % 37) / 37) + rng.normal(0, 4 * MIB)
+        value += max(0.0, h - onset_h) * leak_per_hour
+        if jump_at_h is not None and h >= jump_at_h:
+            value += 400 * MIB
+        samples.append(Sample("rss_bytes", value, t))
+    return samples
+
+
+def test_memory_flat_with_sawtooth_is_quiet() -> None:
+    assert feed(HostMemoryDetector(), rss(8)).findings == ()
+
+
+def test_memory_leak_is_found_with_slope_and_time_to_limit() -> None:
+    (finding,) = feed(HostMemoryDetector(), rss(5, 50 * MIB, onset_h=1.5)).findings
+    assert finding.kind == "host_memory_drift"
+    assert 35 * MIB < float(finding.evidence["slope_bytes_per_hour"]) < 65 * MIB
+    assert float(finding.evidence["seconds_to_limit"]) > 24 * 3600
+    assert finding.severity is Severity.WARNING
+
+
+def test_memory_jump_is_a_step_not_a_leak() -> None:
+    evaluation = feed(HostMemoryDetector(), rss(6, jump_at_h=3.0))
+    assert alarms(evaluation) == []
+    assert [f.kind for f in evaluation.findings] == ["memory_step"]
+
+
+def test_fast_growth_is_critical_even_in_warm_up() -> None:
+    samples = [Sample("memory_limit_bytes", 4.0 * GIB, T0)]
+    samples += [Sample("rss_bytes", GIB + i * 0.5 * 30 * MIB, T0 + i * 0.5) for i in range(80)]
+    (finding,) = feed(HostMemoryDetector(), samples).findings
+    assert finding.severity is Severity.CRITICAL
+    assert float(finding.evidence["seconds_to_limit"]) < 300
+
+
+def test_leak_class_from_tf_memory_and_tracing() -> None:
+    def leak_with(extra: str) -> str:
+        detector = HostMemoryDetector()
+        samples = rss(5, 200 * MIB, onset_h=1.5)
+        for i, sample in enumerate(samples[1:]):
+            h = (sample.t - T0) / 3600
+            if extra == "tensors":
+                samples.append(
+                    Sample(
+                        "tf_allocator_current_bytes",
+                        1e8 + max(0, h - 1.5) * 1e8,
+                        sample.t,
+                        (("device", "CPU:0"),),
+                    )
+                )
+            elif extra in ("retracing", "flat") and i % 6 == 0:
+                samples.append(
+                    Sample("tf_allocator_current_bytes", 1e8, sample.t, (("device", "CPU:0"),))
+                )
+                count = 3 + (int(h * 100) if extra == "retracing" and h > 1.5 else 0)
+                samples.append(Sample("tracing_count", float(count), sample.t))
+        samples.sort(key=lambda s: s.t)
+        (finding,) = feed(detector, samples).findings
+        return str(finding.evidence["leak_class"])
+
+    assert leak_with("tensors") == "tensors_kept_alive"
+    assert leak_with("retracing") == "retracing"
+    assert leak_with("flat") == "framework_state"
+    assert leak_with("none") == "unknown"
+
+
+def test_gpu_memory_uses_the_gpus_total_as_limit() -> None:
+    detector = MemoryDriftDetector(
+        "gpu_process_memory_bytes", "gpu_memory_drift", "GPU memory", "gpu_memory_total_bytes"
+    )
+    gpu = (("gpu", "0"),)
+    samples = [Sample("gpu_memory_total_bytes", 16.0 * GIB, T0, gpu)]
+    samples += [
+        Sample("gpu_process_memory_bytes", 8 * GIB + i * 20 * MIB, T0 + 2 * i, gpu)
+        for i in range(100)
+    ]
+    (finding,) = feed(detector, samples).findings
+    assert finding.evidence["limit_bytes"] == 16 * GIB
+    assert finding.severity is Severity.CRITICAL
+
+
+# -- growth ------------------------------------------------------------------------------
+
+
+def test_event_bytes_per_step_rising_is_found_and_proportional_growth_is_not() -> None:
+    def run(per_step: float, growth: float) -> Evaluation:
+        detector = PerStepGrowthDetector("event_file_bytes", "event_file_growth", "event bytes", "")
+        total = 0.0
+        samples = []
+        for i in range(3 * 360):
+            total += 200 * (per_step + growth * i)
+            samples += [
+                Sample("train_step", 200.0 * i, T0 + 10 * i),
+                Sample("event_file_bytes", total, T0 + 10 * i),
+            ]
+        return feed(detector, samples)
+
+    assert run(1000, 0).findings == ()
+    (finding,) = run(1000, 5).findings
+    assert finding.kind == "event_file_growth"
+
+
+def test_a_fast_growing_unrotated_event_file_and_a_rotated_one() -> None:
+    rate = 150 * MIB / 3600
+    growing = [Sample("event_file_largest_bytes", i * 10 * rate, T0 + 10 * i) for i in range(90)]
+    (finding,) = feed(UnrotatedEventFileDetector(), growing).findings
+    assert finding.kind == "event_file_unrotated"
+    rotated = [
+        Sample("event_file_largest_bytes", (i % 20) * 10 * rate, T0 + 10 * i) for i in range(90)
+    ]
+    assert feed(UnrotatedEventFileDetector(), rotated).findings == ()
