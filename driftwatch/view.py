@@ -12,33 +12,10 @@ from driftwatch.findings import Finding, Severity
 from driftwatch.monitor import Snapshot
 from driftwatch.series import Labels
 from driftwatch.store import SeriesHistory, Store
+from driftwatch.units import human_bytes, human_seconds
 
 RATE_WINDOW_SECONDS = 300.0
 SEVERITY_STYLE = {Severity.INFO: "cyan", Severity.WARNING: "yellow", Severity.CRITICAL: "bold red"}
-
-
-def human_bytes(value: float) -> str:
-    if not math.isfinite(value):
-        return "-"
-    sign = "-" if value < 0 else ""
-    value = abs(value)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{sign}{value:.0f} {unit}" if unit == "B" else f"{sign}{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
-
-
-def human_seconds(value: float) -> str:
-    if not math.isfinite(value):
-        return "-"
-    if value < 1:
-        return f"{value * 1000:.1f} ms"
-    if value < 120:
-        return f"{value:.1f} s"
-    if value < 7200:
-        return f"{value / 60:.1f} min"
-    return f"{value / 3600:.1f} h"
 
 
 def rate_per_second(

@@ -55,6 +55,22 @@ def sleeper() -> Iterator[subprocess.Popen[bytes]]:
     child.wait()
 
 
+WITHOUT_PTRACE = ["setpriv", "--bounding-set=-sys_ptrace", "--inh-caps=-sys_ptrace"]
+"""Prefix for a command run as root but without CAP_SYS_PTRACE: it may not read processes of
+other users, as an ordinary user may not."""
+
+
+@pytest.fixture
+def nobodys_sleeper() -> Iterator[subprocess.Popen[bytes]]:
+    """A sleeping child process that belongs to user nobody."""
+    child = subprocess.Popen(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sleep", "300"]
+    )
+    yield child
+    child.kill()
+    child.wait()
+
+
 @pytest.fixture
 def zombie() -> Iterator[subprocess.Popen[bytes]]:
     """A child that has exited but that we have not reaped yet."""

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from driftwatch import __version__
-from tests.conftest import run_cli, unused_pid
+from tests.conftest import WITHOUT_PTRACE, run_cli, unused_pid
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess[str], *needles: str) -> None:
@@ -51,30 +51,14 @@ def test_busy_port(sleeper: subprocess.Popen[bytes], busy_port: int) -> None:
     assert_one_line_error(result, "already in use", "--listen")
 
 
-def test_access_denied_says_what_to_do() -> None:
-    victim = subprocess.Popen(
-        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sleep", "300"]
+def test_access_denied_says_what_to_do(nobodys_sleeper: subprocess.Popen[bytes]) -> None:
+    result = subprocess.run(
+        [*WITHOUT_PTRACE, sys.executable, "-m", "driftwatch", "attach", str(nobodys_sleeper.pid)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
-    try:
-        result = subprocess.run(
-            [
-                "setpriv",
-                "--bounding-set=-sys_ptrace",
-                "--inh-caps=-sys_ptrace",
-                sys.executable,
-                "-m",
-                "driftwatch",
-                "attach",
-                str(victim.pid),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-    finally:
-        victim.kill()
-        victim.wait()
     assert_one_line_error(result, "permission denied", "same user", "sudo", "SYS_PTRACE")
 
 

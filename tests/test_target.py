@@ -7,9 +7,9 @@ import time
 import psutil
 import pytest
 
-from driftwatch.errors import TargetAccessDenied, TargetGone, TargetZombie
+from driftwatch.errors import TargetGone, TargetZombie
 from driftwatch.target import Target, default_run_name, redact_command
-from tests.conftest import unused_pid, wait_for
+from tests.conftest import WITHOUT_PTRACE, unused_pid, wait_for
 
 
 def test_attach_reads_identity_of_a_live_process(sleeper: subprocess.Popen[bytes]) -> None:
@@ -83,40 +83,29 @@ def test_pid_reuse_is_detected(sleeper: subprocess.Popen[bytes]) -> None:
         impostor.wait()
 
 
-def test_another_users_process_without_privileges_is_access_denied() -> None:
-    """Run as root without CAP_SYS_PTRACE against a process of user nobody."""
-    victim = subprocess.Popen(
-        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sleep", "300"]
+def test_another_users_process_without_privileges_is_access_denied(
+    nobodys_sleeper: subprocess.Popen[bytes],
+) -> None:
+    code = (
+        "import sys\n"
+        "from driftwatch.errors import TargetAccessDenied\n"
+        "from driftwatch.target import Target\n"
+        "try:\n"
+        f"    Target.attach({nobodys_sleeper.pid})\n"
+        "except TargetAccessDenied as err:\n"
+        "    print(err); sys.exit(3)\n"
     )
-    try:
-        probe = subprocess.run(
-            [
-                "setpriv",
-                "--bounding-set=-sys_ptrace",
-                "--inh-caps=-sys_ptrace",
-                sys.executable,
-                "-c",
-                "import sys\n"
-                "from driftwatch.errors import TargetAccessDenied\n"
-                "from driftwatch.target import Target\n"
-                "try:\n"
-                f"    Target.attach({victim.pid})\n"
-                "except TargetAccessDenied as err:\n"
-                "    print(err); sys.exit(3)\n",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-    finally:
-        victim.kill()
-        victim.wait()
+    probe = subprocess.run(
+        [*WITHOUT_PTRACE, sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert probe.returncode == 3, probe.stderr
     assert "permission denied" in probe.stdout
     assert "sudo" in probe.stdout
     assert "SYS_PTRACE" in probe.stdout
-    assert TargetAccessDenied(1, "x").pid == 1
 
 
 @pytest.mark.parametrize(

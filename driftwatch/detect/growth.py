@@ -9,10 +9,11 @@ import numpy as np
 
 from driftwatch.detect import Detector, Evaluation
 from driftwatch.detect.basic import clock
-from driftwatch.detect.memory import WindowMeans, human_bytes, human_duration
+from driftwatch.detect.memory import WindowMeans
 from driftwatch.detect.stats import theil_sen
 from driftwatch.findings import Finding, Severity
 from driftwatch.series import Sample
+from driftwatch.units import human_bytes, human_seconds
 
 MIB = 1 << 20
 
@@ -149,7 +150,7 @@ class UnrotatedEventFileDetector:
         projected = sizes[-1] + slope * self.horizon
         message = (
             f"one TensorBoard event file grows by {human_bytes(slope * 3600)}/h "
-            f"(now {human_bytes(float(sizes[-1]))}); in {human_duration(self.horizon)} it will "
+            f"(now {human_bytes(float(sizes[-1]))}); in {human_seconds(self.horizon)} it will "
             f"be {human_bytes(projected)}. Summaries written every step (images, histograms, "
             "text) grow without bound: log them every N steps (update_freq, "
             "tf.summary.record_if) or write heavy summaries to their own directory."

@@ -24,26 +24,10 @@ from driftwatch.detect.basic import clock
 from driftwatch.detect.stats import level_jumps, mann_kendall, theil_sen
 from driftwatch.findings import Finding, Severity
 from driftwatch.series import Labels, Sample
+from driftwatch.units import human_bytes, human_seconds
 
 MIB = 1 << 20
 SCALES_SECONDS = (2.0, 20.0, 120.0, 600.0)
-
-
-def human_bytes(value: float) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", MIB), ("KiB", 1 << 10)):
-        if abs(value) >= size:
-            return f"{value / size:.1f} {unit}"
-    return f"{value:.0f} B"
-
-
-def human_duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 172800:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} days"
 
 
 class WindowMeans:
@@ -269,7 +253,7 @@ class MemoryDriftDetector:
         if math.isfinite(remaining):
             message += (
                 f"; at this rate it reaches its limit of {human_bytes(limit)} in "
-                f"{human_duration(remaining)}"
+                f"{human_seconds(remaining)}"
             )
         message += ". " + self.advice(now, trend)
         evidence: dict[str, float | str] = {

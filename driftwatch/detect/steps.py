@@ -17,13 +17,10 @@ from driftwatch.detect.basic import clock
 from driftwatch.detect.stats import Cusum, RunningMedianBlocks, mann_kendall, theil_sen
 from driftwatch.findings import Finding, Severity
 from driftwatch.series import Sample
+from driftwatch.units import human_seconds
 
 WORTH_REPORTING = 1.10
 """The smallest sustained slowdown worth a warning: 10 %."""
-
-
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
 
 class SlowdownDetector:
@@ -94,14 +91,15 @@ class SlowdownDetector:
             "onset": onset,
         }
         severity = Severity.CRITICAL if ratio >= 2 else Severity.WARNING
+        before, after = human_seconds(self.baseline), human_seconds(current)
         if gradual:
             times = np.array([t for t, _ in self._recent if t >= onset])
             slope, _ = theil_sen(times, np.array(since_onset))
             per_hour = math.expm1(slope * 3600) if math.isfinite(slope) else math.nan
             evidence["increase_per_hour"] = per_hour
             message = (
-                f"steps are getting slower: {ratio:.2f}x the baseline ({_ms(self.baseline)} -> "
-                f"{_ms(current)} per step), rising since about {clock(onset)} by "
+                f"steps are getting slower: {ratio:.2f}x the baseline ({before} -> {after} per "
+                f"step), rising since about {clock(onset)} by "
                 f"{per_hour:+.0%} per hour. Likely causes: an input pipeline or cache that "
                 "degrades, growing Python-side state per step (lists, metrics, summaries), "
                 "retracing, memory pressure or thermal throttling. Compare a py-spy or TF "
@@ -110,8 +108,8 @@ class SlowdownDetector:
             kind = "gradual_slowdown"
         else:
             message = (
-                f"steps became {ratio:.2f}x slower around {clock(onset)} ({_ms(self.baseline)} "
-                f"-> {_ms(current)} per step) and stayed there. Look at what changed then: "
+                f"steps became {ratio:.2f}x slower around {clock(onset)} ({before} -> {after} "
+                "per step) and stayed there. Look at what changed then: "
                 "a new data shard or augmentation, a learning-rate or mixed-precision switch, "
                 "another job on the same device or host, a throttled disk or network."
             )
@@ -179,8 +177,9 @@ class PeriodicStallDetector:
             "share_of_wall_time": share,
         }
         message = (
-            f"about every {every:.1f} s training pauses for {_ms(float(np.median(extras)))} "
-            f"(checkpoint, validation or epoch start): {share:.1%} of wall time."
+            f"about every {every:.1f} s training pauses for "
+            f"{human_seconds(float(np.median(extras)))} (checkpoint, validation or epoch "
+            f"start): {share:.1%} of wall time."
         )
         severity = Severity.INFO
         trend = mann_kendall(extras)
@@ -189,8 +188,8 @@ class PeriodicStallDetector:
             severity = Severity.WARNING
             evidence["stall_growth_seconds_per_hour"] = slope * 3600
             message += (
-                f" These stalls are getting longer ({_ms(float(extras[0]))} -> "
-                f"{_ms(float(extras[-1]))}): a checkpoint or log that grows with the run "
+                f" These stalls are getting longer ({human_seconds(float(extras[0]))} -> "
+                f"{human_seconds(float(extras[-1]))}): a checkpoint or log that grows with the run "
                 "(saving optimizer state history, an ever-growing summary or metrics list)."
             )
         finding = Finding("periodic_stall", severity, float(times[0]), message, evidence)
@@ -245,8 +244,9 @@ class SlowCallbackDetector:
             return Evaluation(score)
         since = self._since if math.isfinite(self._since) else now
         message = (
-            f"{share:.0%} of each step ({_ms(self._gap)} of {_ms(self._step)}) is spent outside "
-            "the train step: in other callbacks, the input pipeline or host work"
+            f"{share:.0%} of each step ({human_seconds(self._gap)} of "
+            f"{human_seconds(self._step)}) is spent outside the train step: in other "
+            "callbacks, the input pipeline or host work"
         )
         if grown >= self.growth_threshold:
             message += f", up from {self._baseline_share:.0%} at the start"
