@@ -33,8 +33,11 @@ lint: $(VENV)/.installed
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# Tests marked tf train real models and some judge their speed: they run one at a time,
+# after the rest, so no other test competes with them for the two cores.
 test: $(VENV)/.installed system-deps
-	$(BIN)/pytest -n 2 $(PYTEST_ARGS)
+	$(BIN)/pytest -n 2 -m "not tf" $(PYTEST_ARGS)
+	$(BIN)/pytest -m tf $(PYTEST_ARGS)
 
 check: lint test
 

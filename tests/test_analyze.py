@@ -126,7 +126,7 @@ def test_analyze_finds_a_slowdown_in_a_real_keras_logdir(tmp_path: Path) -> None
     findings = analyze(logdir)
     slowdowns = [f for f in findings if f.kind == "abrupt_slowdown"]
     assert slowdowns, findings
-    assert float(slowdowns[0].evidence["ratio"]) > 2
+    assert float(slowdowns[0].evidence["ratio"]) > 1.5  # 2 ms more on ~1 ms steps
 
 
 @pytest.mark.tf
