@@ -108,7 +108,7 @@ def test_slowdown_flags_a_ramp_as_gradual() -> None:
     values = np.concatenate([noisy_steps(5000, 0.05), noisy_steps(30_000, 0.05, seed=2) * ramp])
     (finding,) = feed(SlowdownDetector(), steps(values)).findings
     assert finding.kind == "gradual_slowdown"
-    assert float(finding.evidence["increase_per_hour"]) > 0
+    assert float(finding.evidence["rise_since_onset"]) > 0.05
 
 
 def test_periodic_stalls_are_information_and_growing_ones_a_warning() -> None:

@@ -61,15 +61,20 @@ class StallDetector:
     """No new training step for much longer than steps usually take to be logged."""
 
     name = "stalled"
-    series = frozenset({"step_timestamp"})
+    series = frozenset({"step_timestamp", "validation_seconds"})
 
     def __init__(self, min_seconds: float = 120.0, factor: float = 10.0, window: int = 64):
         self.min_seconds = min_seconds
         self.factor = factor
         self._stamps: deque[float] = deque(maxlen=window)
+        self._validations: deque[float] = deque(maxlen=8)
 
     def observe(self, sample: Sample) -> None:
-        if math.isfinite(sample.value) and (not self._stamps or sample.value > self._stamps[-1]):
+        if not math.isfinite(sample.value):
+            return
+        if sample.series == "validation_seconds":
+            self._validations.append(sample.value)
+        elif not self._stamps or sample.value > self._stamps[-1]:
             self._stamps.append(sample.value)
 
     def evaluate(self, now: float) -> Evaluation:
@@ -77,7 +82,9 @@ class StallDetector:
             return Evaluation(0.0)
         gaps = [b - a for a, b in itertools.pairwise(self._stamps)]
         typical = statistics.median(gaps) if gaps else 0.0
-        limit = max(self.min_seconds, self.factor * typical)
+        # Validation pauses training for as long as it takes: that is no stall.
+        validation = 1.5 * max(self._validations, default=0.0)
+        limit = max(self.min_seconds, self.factor * typical, validation)
         last = self._stamps[-1]
         silent_for = now - last
         score = max(0.0, silent_for / limit)

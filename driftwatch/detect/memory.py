@@ -28,6 +28,8 @@ from driftwatch.units import human_bytes, human_seconds
 
 MIB = 1 << 20
 SCALES_SECONDS = (2.0, 20.0, 120.0, 600.0)
+LEAK_CLASS_WIDTH = 120.0
+"""Window of the TF-allocator means that the leak class compares with host memory."""
 
 
 class WindowMeans:
@@ -66,6 +68,7 @@ class Trend:
     level: float  # the newest mean
     since: float  # start of the tested segment
     points: int
+    steady: bool  # the newer half rises at least half as fast: not a warm-up levelling off
 
 
 Jump = tuple[float, float]
@@ -81,6 +84,10 @@ class _Signal:
 
     scales: list[WindowMeans]
     first_t: float = math.nan
+
+    def scale(self, width: float) -> WindowMeans:
+        return next(s for s in self.scales if s.width == width)
+
     analysed: dict[float, tuple[tuple[int, float], _ScaleAnalysis]] = field(default_factory=dict)
 
 
@@ -96,6 +103,8 @@ class MemoryDriftDetector:
         points: int = 24,
         min_points: int = 8,
         alpha: float = 0.001,
+        alpha_settled: float = 0.01,
+        settled_min_width: float = 600.0,
         warmup_seconds: float = 3600.0,
         warmup_epochs: int = 2,
         min_growth: float = 0.005,
@@ -116,6 +125,8 @@ class MemoryDriftDetector:
         self.points = points
         self.min_points = min_points
         self.alpha = alpha
+        self.alpha_settled = alpha_settled
+        self.settled_min_width = settled_min_width
         self.warmup_seconds = warmup_seconds
         self.warmup_epochs = warmup_epochs
         self.min_growth = min_growth
@@ -152,10 +163,10 @@ class MemoryDriftDetector:
     # -- analysis ----------------------------------------------------------------------
 
     def warmup_end(self, state: _Signal) -> float:
-        """Warm-up lasts ``warmup_seconds``, or ``warmup_epochs`` epochs if they end sooner."""
+        """Warm-up lasts ``warmup_seconds`` and ``warmup_epochs`` epochs, whichever is longer."""
         by_time = state.first_t + self.warmup_seconds
         return (
-            min(by_time, self._epochs_done_at) if math.isfinite(self._epochs_done_at) else by_time
+            max(by_time, self._epochs_done_at) if math.isfinite(self._epochs_done_at) else by_time
         )
 
     def trends(self, state: _Signal) -> tuple[list[Trend], list[Trend], list[Jump]]:
@@ -185,11 +196,14 @@ class MemoryDriftDetector:
         times = np.array([t for t, _ in scale.means])
         means = np.array([m for _, m in scale.means])
         level = float(means[-1])
-        splits = level_jumps(means, min_jump=max(self.min_growth_bytes * 4, 0.02 * level))
+        splits = level_jumps(means, min_jump=max(self.min_growth_bytes * 4, 0.005 * level))
         for i in splits:
             jumps.append((float(times[i]), float(means[i] - means[i - 1])))
         start = splits[-1] if splits else 0
-        for subset, bucket in ((times >= warm_until, settled), (None, fast)):
+        for subset, bucket, alpha in (
+            (times >= warm_until, settled, self.alpha_settled),
+            (None, fast, self.alpha),
+        ):
             idx = np.arange(start, len(means))
             if subset is not None:
                 idx = idx[subset[start:]]
@@ -198,11 +212,14 @@ class MemoryDriftDetector:
             slope, _ = theil_sen(times[idx], means[idx])
             if not slope > 0:
                 continue
-            test = mann_kendall(means[idx], lag1_correction=True)
-            if test.p < self.alpha:
-                bucket.append(
-                    Trend(scale.width, slope, test.p, level, float(times[idx[0]]), len(idx))
-                )
+            # The small-sample autocorrelation estimate is too unstable below ~16 points.
+            test = mann_kendall(means[idx], lag1_correction=len(idx) >= 16)
+            if test.p < alpha:
+                newer = idx[len(idx) // 2 :]
+                newer_slope, _ = theil_sen(times[newer], means[newer])
+                steady = newer_slope >= 0.5 * slope
+                since = float(times[idx[0]])
+                bucket.append(Trend(scale.width, slope, test.p, level, since, len(idx), steady))
         return settled, fast, jumps
 
     def evaluate(self, now: float) -> Evaluation:
@@ -230,11 +247,28 @@ class MemoryDriftDetector:
         def time_to_limit(trend: Trend) -> float:
             return (limit - trend.level) / trend.slope if limit > trend.level else math.inf
 
-        urgent = [t for t in fast if time_to_limit(t) < self.fast_horizon]
-        # A trend over a short span may be the rising half of a GC or caching cycle: only a
-        # trend held for ``min_span`` is a leak, unless it is urgent.
+        # Urgent: steady growth that reaches the limit within the horizon, confirmed by the
+        # next wider scale whenever that one has enough points (a GC cycle's rising half
+        # fills a narrow window but not a wide one).
+        widths = sorted(self._scales)
+        fast_widths = {t.width for t in fast}
+        tested = {w for w in widths if len(state.scale(w).means) >= self.min_points}
+
+        def confirmed(trend: Trend) -> bool:
+            wider = [w for w in widths if w > trend.width]
+            return not wider or wider[0] not in tested or wider[0] in fast_widths
+
+        urgent = [
+            t for t in fast if time_to_limit(t) < self.fast_horizon and t.steady and confirmed(t)
+        ]
+        # A leak: a material trend in wide windows (10-minute means), held for
+        # ``min_span``; narrower windows see the rising half of GC or caching cycles.
         worth = [
-            t for t in settled if self._materiality(t) >= 1 and t.points * t.width >= self.min_span
+            t
+            for t in settled
+            if t.width >= self.settled_min_width
+            and self._materiality(t) >= 1
+            and t.points * t.width >= self.min_span
         ]
         candidates = urgent or worth
         if not candidates:
@@ -255,7 +289,8 @@ class MemoryDriftDetector:
                 f"; at this rate it reaches its limit of {human_bytes(limit)} in "
                 f"{human_seconds(remaining)}"
             )
-        message += ". " + self.advice(now, trend)
+        advice, extra_evidence = self.explain(trend)
+        message += ". " + advice
         evidence: dict[str, float | str] = {
             "slope_bytes_per_hour": per_hour,
             "level_bytes": trend.level,
@@ -265,7 +300,7 @@ class MemoryDriftDetector:
         }
         if math.isfinite(limit):
             evidence["limit_bytes"] = limit
-        evidence.update(self.diagnosis(now, trend))
+        evidence.update(extra_evidence)
         finding = Finding(self.kind, severity, trend.since, message, evidence)
         return finding, 1.0 + (1.0 if severity is Severity.CRITICAL else 0.0)
 
@@ -294,15 +329,12 @@ class MemoryDriftDetector:
             break  # the newest jump is enough
         return findings
 
-    def advice(self, now: float, trend: Trend) -> str:
-        """What to try; subclasses that can tell the leak's class say more."""
+    def explain(self, trend: Trend) -> tuple[str, dict[str, float | str]]:
+        """What to try, and evidence of the cause; subclasses that can tell more, do."""
         return (
             "Take two heap snapshots some minutes apart (tracemalloc, memray) and compare, "
             "or run it under driftwatch run to let the hook tell tensors from Python state."
-        )
-
-    def diagnosis(self, now: float, trend: Trend) -> dict[str, float | str]:
-        return {}
+        ), {}
 
 
 class HostMemoryDetector(MemoryDriftDetector):
@@ -324,7 +356,7 @@ class HostMemoryDetector(MemoryDriftDetector):
         if sample.series == "tf_allocator_current_bytes":
             means = self._tf.get(sample.labels)
             if means is None:
-                means = self._tf[sample.labels] = WindowMeans(2.0, 4096)
+                means = self._tf[sample.labels] = WindowMeans(LEAK_CLASS_WIDTH, self.points)
             means.add(sample.t, sample.value)
         elif sample.series == "tracing_count":
             self._tracing.append((sample.t, sample.value))
@@ -339,7 +371,7 @@ class HostMemoryDetector(MemoryDriftDetector):
         tf_known = False
         for means in self._tf.values():
             points = [(t, m) for t, m in means.means if t >= since]
-            if len(points) >= 4:
+            if len(points) >= 4:  # at most ``points`` 2-minute means: cheap
                 tf_known = True
                 times = np.array([t for t, _ in points])
                 values = np.array([m for _, m in points])
@@ -371,11 +403,9 @@ class HostMemoryDetector(MemoryDriftDetector):
             "run the job under driftwatch run, or compare two tracemalloc snapshots."
         )
 
-    def advice(self, now: float, trend: Trend) -> str:
-        return self.leak_class(trend.since)[1]
-
-    def diagnosis(self, now: float, trend: Trend) -> dict[str, float | str]:
-        return {"leak_class": self.leak_class(trend.since)[0]}
+    def explain(self, trend: Trend) -> tuple[str, dict[str, float | str]]:
+        leak_class, advice = self.leak_class(trend.since)
+        return advice, {"leak_class": leak_class}
 
 
 def memory_detectors(**options: float) -> list[Detector]:

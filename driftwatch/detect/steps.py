@@ -14,7 +14,13 @@ import numpy as np
 
 from driftwatch.detect import Evaluation
 from driftwatch.detect.basic import clock
-from driftwatch.detect.stats import Cusum, RunningMedianBlocks, mann_kendall, theil_sen
+from driftwatch.detect.stats import (
+    Cusum,
+    RunningMedianBlocks,
+    mann_kendall,
+    robust_scale,
+    theil_sen,
+)
 from driftwatch.findings import Finding, Severity
 from driftwatch.series import Sample
 from driftwatch.units import human_seconds
@@ -24,13 +30,17 @@ WORTH_REPORTING = 1.10
 
 
 class SlowdownDetector:
-    """One-sided CUSUM of log block-median step time against a frozen baseline.
+    """One-sided CUSUM of log block-median step time against the run's own baseline.
 
-    The first ``warmup_blocks`` blocks (tracing, caches filling) are skipped, the next
-    ``baseline_blocks`` set the baseline median, then each block adds
-    ``log(block / baseline) - k`` to the sum (floored at 0), with ``k`` half the log of the
-    slowdown worth reporting. The last time the sum was zero estimates the onset; whether
-    the ratio still climbs after the onset tells a gradual slowdown from a step change.
+    The first ``warmup_blocks`` blocks (tracing, caches filling) are skipped. The baseline
+    is the median of the blocks after them, growing until ``baseline_blocks`` and then
+    frozen; testing starts once ``min_baseline_blocks`` are in, so short runs are watched
+    too (a median stays put even if the slowdown begins while the baseline still grows).
+    Each block adds ``log(block / baseline) - k``, capped at ``h / 2`` so that no single odd
+    block (a checkpoint and a slow first step of an epoch closed into one) can alarm alone.
+    ``k`` is half the log of the slowdown worth reporting, or the baseline blocks' own noise
+    if larger; ``h`` grows with that noise too. The last time the sum was zero estimates the
+    onset; a significant rise of the ratio after it tells a gradual slowdown from a step.
     """
 
     name = "slowdown"
@@ -39,50 +49,61 @@ class SlowdownDetector:
     def __init__(
         self,
         block: int = 100,
-        block_seconds: float = 10.0,
+        block_seconds: float = 60.0,
+        min_block: int = 20,
         warmup_blocks: int = 5,
-        baseline_blocks: int = 10,
+        min_baseline_blocks: int = 10,
+        baseline_blocks: int = 30,
         threshold: float = 0.3,
     ) -> None:
-        self._blocks = RunningMedianBlocks(block, max_seconds=block_seconds, min_size=3)
+        self._blocks = RunningMedianBlocks(block, max_seconds=block_seconds, min_size=min_block)
         self._warmup_left = warmup_blocks
-        self._baseline_blocks: list[float] = []
+        self._baseline_blocks: list[float] = []  # log block medians
+        self._min_baseline = min_baseline_blocks
         self._baseline_size = baseline_blocks
+        self._threshold = threshold
         self.baseline = math.nan
         self._cusum = Cusum(k=math.log(WORTH_REPORTING) / 2, h=threshold)
         self._recent: deque[tuple[float, float]] = deque(maxlen=512)  # (t, log ratio)
 
     def observe(self, sample: Sample) -> None:
         block = self._blocks.add(sample.value, sample.t)
-        if block is None:
+        if block is None or not block[0] > 0:
             return
-        median, t = block
-        if median <= 0:
-            return
+        level, t = math.log(block[0]), block[1]
         if self._warmup_left > 0:
             self._warmup_left -= 1
-        elif len(self._baseline_blocks) < self._baseline_size:
-            self._baseline_blocks.append(median)
-            if len(self._baseline_blocks) == self._baseline_size:
-                self.baseline = float(np.median(self._baseline_blocks))
-        else:
-            ratio = math.log(median / self.baseline)
-            self._cusum.update(ratio, t)
-            self._recent.append((t, ratio))
+            return
+        if len(self._baseline_blocks) < self._baseline_size:
+            self._baseline_blocks.append(level)
+            self._rebaseline()
+        if len(self._baseline_blocks) < self._min_baseline:
+            return
+        ratio = level - math.log(self.baseline)
+        self._cusum.update(min(ratio, self._cusum.h / 2), t)
+        self._recent.append((t, ratio))
+
+    def _rebaseline(self) -> None:
+        levels = np.array(self._baseline_blocks)
+        self.baseline = math.exp(float(np.median(levels)))
+        noise = robust_scale(levels) if len(levels) >= self._min_baseline else 0.0
+        self._cusum.k = max(math.log(WORTH_REPORTING) / 2, noise)
+        self._cusum.h = max(self._threshold, 5 * noise)
 
     def evaluate(self, now: float) -> Evaluation:
         score = self._cusum.value / self._cusum.h
         onset = self._cusum.onset_t
         if not self._cusum.alarm or onset is None:
             return Evaluation(score)
-        since_onset = [x for t, x in self._recent if t >= onset]
         latest = float(np.median([x for _, x in list(self._recent)[-5:]]))
         ratio = math.exp(latest)
-        gradual = False
-        if len(since_onset) >= 6:
-            third = len(since_onset) // 3
-            rise = float(np.mean(since_onset[-third:]) - np.mean(since_onset[:third]))
-            gradual = rise > math.log(1.05)
+        if ratio < math.sqrt(WORTH_REPORTING):  # recovering: the sum has not decayed yet
+            return Evaluation(min(score, 0.99))
+        times = np.array([t for t, _ in self._recent if t >= onset])
+        levels = np.array([x for t, x in self._recent if t >= onset])
+        slope, _ = theil_sen(times, levels)
+        rise = slope * (times[-1] - times[0]) if len(times) >= 6 else 0.0
+        gradual = rise > math.log(1.05) and mann_kendall(levels).p < 0.01
         current = self.baseline * ratio
         evidence: dict[str, float | str] = {
             "ratio": ratio,
@@ -93,17 +114,14 @@ class SlowdownDetector:
         severity = Severity.CRITICAL if ratio >= 2 else Severity.WARNING
         before, after = human_seconds(self.baseline), human_seconds(current)
         if gradual:
-            times = np.array([t for t, _ in self._recent if t >= onset])
-            slope, _ = theil_sen(times, np.array(since_onset))
-            per_hour = math.expm1(slope * 3600) if math.isfinite(slope) else math.nan
-            evidence["increase_per_hour"] = per_hour
+            evidence["rise_since_onset"] = math.expm1(rise)
             message = (
                 f"steps are getting slower: {ratio:.2f}x the baseline ({before} -> {after} per "
-                f"step), rising since about {clock(onset)} by "
-                f"{per_hour:+.0%} per hour. Likely causes: an input pipeline or cache that "
-                "degrades, growing Python-side state per step (lists, metrics, summaries), "
-                "retracing, memory pressure or thermal throttling. Compare a py-spy or TF "
-                "Profiler trace from now with one from the start."
+                f"step), up {math.expm1(rise):.0%} since about {clock(onset)} and still "
+                "rising. Likely causes: an input pipeline or cache that degrades, growing "
+                "Python-side state per step (lists, metrics, summaries), retracing, memory "
+                "pressure or thermal throttling. Compare a py-spy or TF Profiler trace from "
+                "now with one from the start."
             )
             kind = "gradual_slowdown"
         else:
@@ -182,9 +200,10 @@ class PeriodicStallDetector:
             f"start): {share:.1%} of wall time."
         )
         severity = Severity.INFO
-        trend = mann_kendall(extras)
+        trend = mann_kendall(extras, lag1_correction=len(extras) >= 16)
         slope, _ = theil_sen(times, extras)
-        if len(extras) >= 8 and trend.p < 0.01 and slope > 0 and extras[-1] > 1.5 * extras[0]:
+        grown = float(np.median(extras[-3:])) > 1.5 * float(np.median(extras[:3]))
+        if len(extras) >= 8 and trend.p < 0.001 and slope > 0 and grown:
             severity = Severity.WARNING
             evidence["stall_growth_seconds_per_hour"] = slope * 3600
             message += (
