@@ -68,7 +68,7 @@ class Trend:
     level: float  # the newest mean
     since: float  # start of the tested segment
     points: int
-    steady: bool  # the newer half rises at least half as fast: not a warm-up levelling off
+    steady: bool  # the newer half rises about as fast as the older: not levelling off
 
 
 Jump = tuple[float, float]
@@ -215,9 +215,10 @@ class MemoryDriftDetector:
             # The small-sample autocorrelation estimate is too unstable below ~16 points.
             test = mann_kendall(means[idx], lag1_correction=len(idx) >= 16)
             if test.p < alpha:
-                newer = idx[len(idx) // 2 :]
-                newer_slope, _ = theil_sen(times[newer], means[newer])
-                steady = newer_slope >= 0.5 * slope
+                half = len(idx) // 2
+                older_slope, _ = theil_sen(times[idx[:half]], means[idx[:half]])
+                newer_slope, _ = theil_sen(times[idx[half:]], means[idx[half:]])
+                steady = newer_slope >= 0.8 * older_slope
                 since = float(times[idx[0]])
                 bucket.append(Trend(scale.width, slope, test.p, level, since, len(idx), steady))
         return settled, fast, jumps

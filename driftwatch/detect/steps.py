@@ -54,7 +54,7 @@ class SlowdownDetector:
         warmup_blocks: int = 5,
         min_baseline_blocks: int = 10,
         baseline_blocks: int = 30,
-        threshold: float = 0.3,
+        threshold: float = 0.2,
     ) -> None:
         self._blocks = RunningMedianBlocks(block, max_seconds=block_seconds, min_size=min_block)
         self._warmup_left = warmup_blocks
@@ -65,6 +65,7 @@ class SlowdownDetector:
         self.baseline = math.nan
         self._cusum = Cusum(k=math.log(WORTH_REPORTING) / 2, h=threshold)
         self._recent: deque[tuple[float, float]] = deque(maxlen=512)  # (t, log ratio)
+        self._active = False  # hysteresis: on above h, off below h / 3
 
     def observe(self, sample: Sample) -> None:
         block = self._blocks.add(sample.value, sample.t)
@@ -82,23 +83,25 @@ class SlowdownDetector:
         ratio = level - math.log(self.baseline)
         self._cusum.update(min(ratio, self._cusum.h / 2), t)
         self._recent.append((t, ratio))
+        if self._cusum.alarm:
+            self._active = True
+        elif self._cusum.value < self._cusum.h / 3:
+            self._active = False
 
     def _rebaseline(self) -> None:
         levels = np.array(self._baseline_blocks)
         self.baseline = math.exp(float(np.median(levels)))
         noise = robust_scale(levels) if len(levels) >= self._min_baseline else 0.0
         self._cusum.k = max(math.log(WORTH_REPORTING) / 2, noise)
-        self._cusum.h = max(self._threshold, 5 * noise)
+        self._cusum.h = max(self._threshold, 6 * noise)
 
     def evaluate(self, now: float) -> Evaluation:
         score = self._cusum.value / self._cusum.h
         onset = self._cusum.onset_t
-        if not self._cusum.alarm or onset is None:
+        if not self._active or onset is None:
             return Evaluation(score)
         latest = float(np.median([x for _, x in list(self._recent)[-5:]]))
         ratio = math.exp(latest)
-        if ratio < math.sqrt(WORTH_REPORTING):  # recovering: the sum has not decayed yet
-            return Evaluation(min(score, 0.99))
         times = np.array([t for t, _ in self._recent if t >= onset])
         levels = np.array([x for t, x in self._recent if t >= onset])
         slope, _ = theil_sen(times, levels)
