@@ -1,0 +1,967 @@
+"""Labeled synthetic traces of TensorFlow training runs for the detection benchmark.
+
+A :class:`TraceSpec` describes one simulated run: how its steps behave, how its memory and
+its logs grow, what (if anything) goes wrong and when, and which findings that should
+produce. :class:`Trace` turns a spec into ``driftwatch.series.Sample``\\ s in time order,
+deterministically from the spec's seed, batched per monitoring tick the way the monitor
+delivers them (every sample with ``t <= T``, then the tick's own samples stamped ``T``).
+
+Sampling model (what driftwatch's sources emit):
+
+* the in-process hook: one ``step_seconds`` (start-to-start period of a step) and one
+  ``step_gap_seconds`` (time outside the train step) per step, stamped at the end of the
+  period; validation is excluded (the hook closes the period at the epoch boundary) but the
+  first step after it is slow; ``epoch_seconds`` and ``validation_seconds`` at each epoch's
+  end (after validation); per tick, ``train_step`` and ``step_timestamp`` when steps were
+  seen since the previous tick, and the probes ``tf_allocator_current_bytes{device}`` and
+  ``tracing_count``;
+* the process source, per tick: ``rss_bytes``, ``memory_limit_bytes`` and
+  ``nondisk_write_bytes`` (series no detector reads, such as ``cpu_seconds``, are left out
+  to save time);
+* NVML, per tick: ``gpu_process_memory_bytes{gpu}`` and ``gpu_memory_total_bytes{gpu}``;
+* the event-file source, per tick: ``event_files``, ``event_file_bytes``,
+  ``event_file_largest_bytes`` and ``nonfinite_total``.
+
+Noise model of a step: ``base * exp(wander + ar + injected)`` where ``ar`` is a stationary
+AR(1) process in log space (lognormal, autocorrelated), ``wander`` a slow Ornstein-Uhlenbeck
+level (mean-reverting random walk), times ``1 + scale * Pareto(alpha)`` on a few steps
+(heavy-tailed hiccups); checkpoints add seconds every N steps (to the step and to its gap);
+the first step of an epoch is slower. RSS: a warm-up ramp (exponential, ~99 % done after
+``warmup_seconds``, or linear), a GC sawtooth with jittered period and amplitude, optional
+allocator levels that come and go (a bounded Markov chain, not a leak), white noise. TF
+allocator memory: flat with noise and the odd probe that lands mid-step. Event files grow
+with the steps (plus summaries at each epoch's end) and may rotate; uploads and progress
+bars make the non-disk writes grow with the steps too.
+
+Every random draw comes from numpy generators seeded with the scenario's name and seed, so
+a trace is reproducible and scenarios that share a model are still independent.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+import numpy as np
+
+from driftwatch.series import Labels, Sample
+
+T0 = 1_700_000_000.0
+"""Unix time at which every simulated run starts."""
+
+MIB = float(1 << 20)
+GIB = float(1 << 30)
+HOUR = 3600.0
+DAY = 86400.0
+
+SLOWDOWN_KINDS = frozenset({"abrupt_slowdown", "gradual_slowdown"})
+
+MAX_SPIKE = 40.0
+"""Hiccups are capped at ``1 + spike_scale * 40`` times a step: a longer one is a real stall."""
+
+GPU: Labels = (("gpu", "0"),)
+DEVICE: Labels = (("device", "GPU:0"),)
+
+
+# -- models ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StepModel:
+    """How long steps take, and the regular events that interrupt them."""
+
+    seconds: float = 1.0
+    """Median step time at the baseline."""
+    sigma: float = 0.06
+    """Stationary standard deviation of the log step time (the AR(1) part)."""
+    phi: float = 0.6
+    """AR(1) coefficient of the log step time, step to step."""
+    spike_prob: float = 0.002
+    """Chance that a step is a heavy-tailed hiccup (GC pause, slow batch, I/O)."""
+    spike_alpha: float = 1.5
+    """Pareto shape of hiccups (smaller: heavier tail)."""
+    spike_scale: float = 0.5
+    """A hiccup multiplies the step by ``1 + spike_scale * min(Pareto + 1, MAX_SPIKE)``."""
+    wander_sd: float = 0.01
+    """Stationary standard deviation of the slow log-level wander (Ornstein-Uhlenbeck)."""
+    wander_tau: float = 2 * HOUR
+    """Time constant of the wander's mean reversion, seconds."""
+    gap_share: float = 0.05
+    """Host work outside the train step, as a share of the baseline step."""
+    checkpoint_every: int = 0
+    """Steps between checkpoints (0: none)."""
+    checkpoint_seconds: float = 5.0
+    """Median extra seconds a checkpoint adds to its step."""
+    steps_per_epoch: int = 0
+    """Steps per epoch (0: a single endless epoch, no validation)."""
+    validation_seconds: float = 30.0
+    """Median validation time at each epoch's end (lognormal, sigma 0.2)."""
+    first_step_factor: float = 3.0
+    """How much slower the first step of an epoch is (iterator re-creation)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryModel:
+    """Host, TensorFlow and GPU memory of a healthy run."""
+
+    rss_start: float = 3 * GIB
+    rss_base: float = 10 * GIB
+    warmup_seconds: float = 45 * 60.0
+    """How long the warm-up ramp from ``rss_start`` to ``rss_base`` takes."""
+    warmup_shape: Literal["exp", "linear"] = "exp"
+    """``exp``: exponential approach, ~99 % done after ``warmup_seconds`` (tau = that / 4.6;
+    allocator pools and caches that fill fast, then slower); ``linear``: a straight ramp
+    (a dataset cache filled during the first epoch)."""
+    gc_period: float = 240.0
+    """Median seconds between two drops of the GC sawtooth."""
+    gc_jitter: float = 0.3
+    """Lognormal sigma of the sawtooth's period and amplitude."""
+    gc_amplitude: float = 150 * MIB
+    noise: float = 4 * MIB
+    alloc_step: float = 0.0
+    """Size of one allocator level (0: none); levels come and go, bounded by alloc_levels."""
+    alloc_levels: int = 3
+    alloc_changes_per_hour: float = 0.3
+    limit: float = 32 * GIB
+    tf_base: float = 6 * GIB
+    tf_noise: float = 8 * MIB
+    tf_mid_step_prob: float = 0.1
+    """Chance that a probe lands mid-step and sees activations on top."""
+    tf_mid_step_bytes: float = 256 * MIB
+    tracing_count: float = 3.0
+    gpu: bool = True
+    gpu_total: float = 80 * GIB
+    gpu_used: float = 76 * GIB
+    """What TensorFlow's BFC allocator reserved at start: flat for the whole run."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogModel:
+    """TensorBoard event files and uploads (non-disk writes)."""
+
+    event_bytes_per_step: float = 300.0
+    """Scalars logged each step (update_freq="batch")."""
+    epoch_summary_bytes: float = 2 * MIB
+    """Histograms and images written at each epoch's end."""
+    rotation_seconds: float = 0.0
+    """A new event file every this many seconds (0: one file for the whole run)."""
+    stdout_bytes_per_step: float = 120.0
+    """Progress bar written to a pipe each step."""
+    upload_bytes_per_step: float = 200.0
+    """Metrics an experiment tracker uploads, per step, in bursts."""
+    upload_every: float = 30.0
+    """Median seconds between two upload bursts."""
+
+
+# -- injected problems -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Slowdown:
+    """Steps get ``factor`` times slower from ``onset`` (seconds into the run), at once or
+    linearly over ``ramp_steps`` steps."""
+
+    onset: float
+    factor: float
+    ramp_steps: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Leak:
+    """RSS grows by ``per_hour`` bytes an hour from ``onset``; ``tf_share`` of it is also in
+    TensorFlow's allocator (tensors kept alive); ``traces_per_hour`` retracings."""
+
+    onset: float
+    per_hour: float
+    tf_share: float = 0.0
+    traces_per_hour: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryJump:
+    """RSS steps up by ``size`` bytes at ``at`` and stays there (a one-off allocation)."""
+
+    at: float
+    size: float
+
+
+@dataclass(frozen=True, slots=True)
+class EventFileGrowth:
+    """The current event file grows by ``per_hour`` more bytes an hour from ``onset``."""
+
+    onset: float
+    per_hour: float
+
+
+@dataclass(frozen=True, slots=True)
+class NonFinite:
+    """Training diverges at ``at``: every logged scalar is non-finite from then on."""
+
+    at: float
+    scalars_per_step: int = 3
+
+
+Injection = Slowdown | Leak | MemoryJump | EventFileGrowth | NonFinite
+
+
+# -- labels and specs --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Goal:
+    """One of the issue's goals this scenario measures: detection within ``max_delay``
+    seconds (or ``max_steps`` steps) of the onset, or (``silent``) no expected-kind
+    finding at all."""
+
+    name: str
+    max_delay: float = math.inf
+    max_steps: float = math.inf
+    silent: frozenset[str] = frozenset()
+    """Kinds that must never be reported at warning or critical (e.g. a jump is no leak)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Label:
+    """What was injected, when, and what driftwatch should say about it."""
+
+    injected: str
+    onset: float | None = None
+    """Unix time of the onset (None for healthy runs)."""
+    expected: frozenset[str] = frozenset()
+    """Kinds any of which, at warning or critical after the onset, is a detection."""
+    ideal: str | None = None
+    """The most precise kind (e.g. ``abrupt_slowdown`` rather than ``gradual_slowdown``)."""
+    tolerated: frozenset[str] = frozenset()
+    """Kinds that are true after the onset too (a consequence of the injection)."""
+    evidence: tuple[tuple[str, str], ...] = ()
+    """Evidence the detecting finding should carry, e.g. ``(("leak_class", "retracing"),)``."""
+    goal: Goal | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TraceSpec:
+    name: str
+    seconds: float
+    """Length of the run."""
+    seed: int = 0
+    tick: float = 10.0
+    """Monitoring interval: process, NVML, event-file and probe samples."""
+    steps: StepModel = field(default_factory=StepModel)
+    memory: MemoryModel = field(default_factory=MemoryModel)
+    logs: LogModel = field(default_factory=LogModel)
+    injections: tuple[Injection, ...] = ()
+    label: Label = field(default_factory=lambda: Label("nothing (healthy)"))
+    healthy: bool = False
+
+    def with_run(self, seed: int, seconds: float | None = None) -> TraceSpec:
+        """The same scenario with another seed (and length)."""
+        return replace(self, seed=seed, seconds=self.seconds if seconds is None else seconds)
+
+
+# -- generation --------------------------------------------------------------------------
+
+Tick = tuple[float, list[Sample]]
+"""A monitoring tick: its time and the samples delivered at it, in time order."""
+
+_CHUNK = 4096
+
+
+class _Randoms:
+    """Per-step random numbers drawn in chunks (numpy is slow one number at a time)."""
+
+    def __init__(self, rng: np.random.Generator, spike_alpha: float) -> None:
+        self._rng = rng
+        self._alpha = spike_alpha
+        self._i = _CHUNK
+        self.normal: list[float] = []
+        self.normal2: list[float] = []
+        self.normal3: list[float] = []
+        self.uniform: list[float] = []
+        self.pareto: list[float] = []
+
+    def next(self) -> int:
+        """Index of the next set of numbers, refilling when needed."""
+        if self._i >= _CHUNK:
+            rng = self._rng
+            self.normal = rng.standard_normal(_CHUNK).tolist()
+            self.normal2 = rng.standard_normal(_CHUNK).tolist()
+            self.normal3 = rng.standard_normal(_CHUNK).tolist()
+            self.uniform = rng.random(_CHUNK).tolist()
+            self.pareto = rng.pareto(self._alpha, _CHUNK).tolist()
+            self._i = 0
+        i = self._i
+        self._i += 1
+        return i
+
+
+class Trace:
+    """One simulated run: iterate :meth:`ticks` (or :meth:`samples`) once.
+
+    While it runs it records ``onset_step`` (the steps done at the label's onset) and
+    ``steps`` (the steps done so far), so the benchmark can state delays in steps.
+    """
+
+    def __init__(self, spec: TraceSpec) -> None:
+        self.spec = spec
+        self.label = spec.label
+        self.onset_step: int | None = None
+        self.steps = 0
+        self.samples_emitted = 0
+        self.step_samples = 0
+
+    def samples(self) -> Iterator[Sample]:
+        for _, batch in self.ticks():
+            yield from batch
+
+    def ticks(self) -> Iterator[Tick]:
+        spec = self.spec
+        sm, lm = spec.steps, spec.logs
+        # Seeded by scenario name and seed: scenarios that share a model stay independent.
+        name_key = zlib.crc32(spec.name.encode())
+        rng = np.random.default_rng([name_key, spec.seed, 0])
+        randoms = _Randoms(rng, sm.spike_alpha)
+        memory = _MemoryState(spec, np.random.default_rng([name_key, spec.seed, 1]))
+        slowdowns = [i for i in spec.injections if isinstance(i, Slowdown)]
+        nonfinite = [i for i in spec.injections if isinstance(i, NonFinite)]
+        onset = spec.label.onset
+
+        end = T0 + spec.seconds
+        tick = spec.tick
+        next_tick = T0 + tick
+        t = T0
+        step = 0
+        ar = 0.0
+        ar_sd = sm.sigma * math.sqrt(1 - sm.phi * sm.phi)
+        wander = 0.0
+        base = sm.seconds
+        gap_base = base * sm.gap_share
+        first_of_epoch = False
+        epoch_start = T0
+        slow_onset_step: list[int | None] = [None] * len(slowdowns)
+        steps_at_last_tick = 0
+        last_step_t = math.nan
+        nonfinite_from: int | None = None
+
+        batch: list[Sample] = []
+
+        def tick_samples(at: float) -> list[Sample]:
+            nonlocal steps_at_last_tick, nonfinite_from
+            new_steps = step - steps_at_last_tick
+            steps_at_last_tick = step
+            out = memory.samples(at, new_steps)
+            if new_steps:
+                out.append(Sample("train_step", float(step), at))
+                out.append(Sample("step_timestamp", last_step_t, at))
+            count = 0.0
+            for nf in nonfinite:
+                if at >= T0 + nf.at:
+                    if nonfinite_from is None:
+                        nonfinite_from = step
+                    count += float((step - nonfinite_from + 1) * nf.scalars_per_step)
+            out.append(Sample("nonfinite_total", count, at))
+            return out
+
+        while t < end:
+            if onset is not None and self.onset_step is None and t >= onset:
+                self.onset_step = step
+            # -- one step ------------------------------------------------------------
+            i = randoms.next()
+            ar = sm.phi * ar + ar_sd * randoms.normal[i]
+            log_factor = wander + ar
+            for k, sd in enumerate(slowdowns):
+                if t >= T0 + sd.onset:
+                    began = slow_onset_step[k]
+                    if began is None:
+                        began = slow_onset_step[k] = step
+                    done = step - began
+                    if sd.ramp_steps > 0 and done < sd.ramp_steps:
+                        log_factor += math.log1p((sd.factor - 1) * done / sd.ramp_steps)
+                    else:
+                        log_factor += math.log(sd.factor)
+            seconds = base * math.exp(log_factor)
+            if randoms.uniform[i] < sm.spike_prob:
+                seconds *= 1 + sm.spike_scale * min(randoms.pareto[i] + 1, MAX_SPIKE)
+            gap = gap_base * math.exp(0.3 * randoms.normal2[i])
+            if first_of_epoch:
+                seconds *= sm.first_step_factor
+                first_of_epoch = False
+            if sm.checkpoint_every and (step + 1) % sm.checkpoint_every == 0:
+                extra = sm.checkpoint_seconds * math.exp(0.15 * float(rng.standard_normal()))
+                seconds += extra
+                gap += extra
+            seconds = max(seconds, gap * 1.01)
+            if sm.wander_sd > 0:
+                decay = math.exp(-seconds / sm.wander_tau)
+                wander = (
+                    wander * decay
+                    + sm.wander_sd * math.sqrt(1 - decay * decay) * (randoms.normal3[i])
+                )
+            t_end = t + seconds
+            while next_tick <= t_end and next_tick <= end:
+                batch.extend(tick_samples(next_tick))
+                yield next_tick, batch
+                self._count(batch)
+                batch = []
+                next_tick += tick
+            if t_end > end:
+                break
+            step += 1
+            batch.append(Sample("step_seconds", seconds, t_end))
+            batch.append(Sample("step_gap_seconds", gap, t_end))
+            self.step_samples += 1
+            t = t_end
+            last_step_t = t
+            self.steps = step
+            # -- epoch end: validation, then the epoch's records -----------------------
+            if sm.steps_per_epoch and step % sm.steps_per_epoch == 0:
+                validation = sm.validation_seconds * math.exp(0.2 * float(rng.standard_normal()))
+                t_val = t + validation
+                while next_tick <= t_val and next_tick <= end:
+                    batch.extend(tick_samples(next_tick))
+                    yield next_tick, batch
+                    self._count(batch)
+                    batch = []
+                    next_tick += tick
+                if t_val > end:
+                    break
+                t = t_val
+                batch.append(Sample("epoch_seconds", t - epoch_start, t))
+                batch.append(Sample("validation_seconds", validation, t))
+                memory.epoch_ended(lm.epoch_summary_bytes)
+                epoch_start = t
+                first_of_epoch = True
+        # the ticks left (a run that ended in validation)
+        while next_tick <= end:
+            batch.extend(tick_samples(next_tick))
+            yield next_tick, batch
+            self._count(batch)
+            batch = []
+            next_tick += tick
+
+    def _count(self, batch: list[Sample]) -> None:
+        self.samples_emitted += len(batch)
+
+
+class _MemoryState:
+    """Per-tick series: RSS, TF allocator, GPU, event files, non-disk writes, tracing."""
+
+    def __init__(self, spec: TraceSpec, rng: np.random.Generator) -> None:
+        self.spec = spec
+        self.rng = rng
+        mm = spec.memory
+        self.tau = mm.warmup_seconds / 4.6
+        self.leaks = [i for i in spec.injections if isinstance(i, Leak)]
+        self.jumps = [i for i in spec.injections if isinstance(i, MemoryJump)]
+        self.event_growth = [i for i in spec.injections if isinstance(i, EventFileGrowth)]
+        # GC sawtooth
+        self.cycle_start = T0
+        self.cycle_len, self.cycle_amp = self._new_cycle()
+        # allocator levels
+        self.alloc_level = 0
+        # event files: sizes of all files, the current one last
+        self.files: list[float] = [0.0]
+        self.file_started = T0
+        self.pending_summary = 0.0
+        # uploads
+        self.nondisk = 0.0
+        self.upload_pending = 0.0
+        self.next_upload = T0 + spec.logs.upload_every
+        self.last_t = T0
+
+    def _new_cycle(self) -> tuple[float, float]:
+        mm = self.spec.memory
+        jitter = np.exp(mm.gc_jitter * self.rng.standard_normal(2))
+        return float(mm.gc_period * jitter[0]), float(mm.gc_amplitude * jitter[1])
+
+    def epoch_ended(self, summary_bytes: float) -> None:
+        self.pending_summary += summary_bytes
+
+    def samples(self, at: float, new_steps: int) -> list[Sample]:
+        mm, lm = self.spec.memory, self.spec.logs
+        rng = self.rng
+        elapsed = at - T0
+        dt = at - self.last_t
+        self.last_t = at
+        # -- host RSS --
+        if mm.warmup_shape == "linear":
+            done = min(1.0, elapsed / mm.warmup_seconds)
+        else:
+            done = -math.expm1(-elapsed / self.tau)
+        rss = mm.rss_start + (mm.rss_base - mm.rss_start) * done
+        while at >= self.cycle_start + self.cycle_len:
+            self.cycle_start += self.cycle_len
+            self.cycle_len, self.cycle_amp = self._new_cycle()
+        rss += self.cycle_amp * (at - self.cycle_start) / self.cycle_len
+        normals = rng.standard_normal(3)
+        uniforms = rng.random(3)
+        if mm.alloc_step > 0 and uniforms[0] < mm.alloc_changes_per_hour * dt / HOUR:
+            move = 1 if uniforms[1] < 0.5 else -1
+            self.alloc_level = min(max(self.alloc_level + move, 0), mm.alloc_levels)
+        rss += self.alloc_level * mm.alloc_step + mm.noise * float(normals[0])
+        tf = mm.tf_base + mm.tf_noise * float(normals[1])
+        if uniforms[2] < mm.tf_mid_step_prob:
+            tf += mm.tf_mid_step_bytes
+        tracing = mm.tracing_count
+        for leak in self.leaks:
+            hours = max(0.0, elapsed - leak.onset) / HOUR
+            rss += leak.per_hour * hours
+            tf += leak.tf_share * leak.per_hour * hours
+            tracing += math.floor(leak.traces_per_hour * hours)
+        for jump in self.jumps:
+            if elapsed >= jump.at:
+                rss += jump.size
+        out = [
+            Sample("rss_bytes", rss, at),
+            Sample("memory_limit_bytes", mm.limit, at),
+            Sample("tf_allocator_current_bytes", tf, at, DEVICE),
+            Sample("tracing_count", tracing, at),
+        ]
+        if mm.gpu:
+            out.append(Sample("gpu_process_memory_bytes", mm.gpu_used, at, GPU))
+            out.append(Sample("gpu_memory_total_bytes", mm.gpu_total, at, GPU))
+        # -- event files --
+        if lm.rotation_seconds and at - self.file_started >= lm.rotation_seconds:
+            self.files.append(0.0)
+            self.file_started = at
+        written = new_steps * lm.event_bytes_per_step + self.pending_summary
+        self.pending_summary = 0.0
+        for growth in self.event_growth:
+            if elapsed > growth.onset:
+                written += growth.per_hour * min(dt, elapsed - growth.onset) / HOUR
+        self.files[-1] += written
+        out.append(Sample("event_files", float(len(self.files)), at))
+        out.append(Sample("event_file_bytes", float(sum(self.files)), at))
+        out.append(Sample("event_file_largest_bytes", max(self.files), at))
+        # -- non-disk writes: progress bar continuously, tracker uploads in bursts --
+        self.nondisk += new_steps * lm.stdout_bytes_per_step
+        self.upload_pending += new_steps * lm.upload_bytes_per_step
+        if at >= self.next_upload:
+            self.nondisk += self.upload_pending
+            self.upload_pending = 0.0
+            self.next_upload = at + lm.upload_every * math.exp(0.3 * float(normals[2]))
+        out.append(Sample("nondisk_write_bytes", self.nondisk, at))
+        return out
+
+
+# -- scenarios ---------------------------------------------------------------------------
+
+
+def _slow(
+    name: str,
+    seconds: float,
+    onset: float,
+    factor: float,
+    ramp_steps: int,
+    step: StepModel,
+    goal: Goal | None = None,
+) -> TraceSpec:
+    ideal = "gradual_slowdown" if ramp_steps else "abrupt_slowdown"
+    what = f"steps x{factor:g}" + (f" over {ramp_steps} steps" if ramp_steps else " at once")
+    return TraceSpec(
+        name,
+        seconds,
+        steps=step,
+        injections=(Slowdown(onset, factor, ramp_steps),),
+        label=Label(what, T0 + onset, SLOWDOWN_KINDS, ideal, goal=goal),
+    )
+
+
+FAST_STEPS = StepModel(
+    seconds=0.05,
+    sigma=0.08,
+    phi=0.8,
+    spike_prob=0.002,
+    checkpoint_every=5000,
+    checkpoint_seconds=6.0,
+    steps_per_epoch=20_000,
+    validation_seconds=60.0,
+)
+"""A realistic 20 Hz GPU job: 50 ms steps, checkpoints every ~4 min, epochs of ~17 min."""
+
+HALF_SECOND_STEPS = replace(
+    FAST_STEPS, seconds=0.5, checkpoint_every=1000, steps_per_epoch=4000, validation_seconds=60
+)
+
+SHORT_STEPS = StepModel(
+    seconds=0.01, sigma=0.1, phi=0.5, spike_prob=0.005, wander_sd=0.0, gap_share=0.1
+)
+SHORT_MEMORY = MemoryModel(
+    rss_start=0.4 * GIB,
+    rss_base=1.5 * GIB,
+    warmup_seconds=5.0,
+    gc_period=3.0,
+    gc_amplitude=20 * MIB,
+    noise=2 * MIB,
+    limit=16 * GIB,
+    tf_base=200 * MIB,
+    tf_noise=2 * MIB,
+    tf_mid_step_bytes=16 * MIB,
+    gpu=False,
+)
+SHORT_LOGS = LogModel(epoch_summary_bytes=0.0, upload_every=5.0)
+
+
+def healthy_plain(seed: int = 0, seconds: float = DAY) -> TraceSpec:
+    """1 s steps, mild noise, a checkpoint every 30 min, hourly epochs with 30 s validation;
+    a dataset cache fills RSS linearly during the first 45 minutes."""
+    return TraceSpec(
+        "healthy_plain",
+        seconds,
+        seed,
+        steps=StepModel(checkpoint_every=1800, checkpoint_seconds=4.0, steps_per_epoch=3600),
+        memory=MemoryModel(warmup_shape="linear"),
+        healthy=True,
+    )
+
+
+def healthy_heavy(seed: int = 0, seconds: float = 2 * DAY) -> TraceSpec:
+    """Heavy-tailed, strongly autocorrelated steps, 8 s checkpoints every 10 min, 40-min
+    epochs whose validation takes ~100 s (sometimes over 2 min) and a slow first step."""
+    return TraceSpec(
+        "healthy_heavy",
+        seconds,
+        seed,
+        steps=StepModel(
+            sigma=0.10,
+            phi=0.8,
+            spike_prob=0.01,
+            spike_alpha=1.3,
+            spike_scale=1.0,
+            checkpoint_every=600,
+            checkpoint_seconds=8.0,
+            steps_per_epoch=2400,
+            validation_seconds=100.0,
+            first_step_factor=5.0,
+        ),
+        memory=MemoryModel(warmup_seconds=60 * 60.0, gc_amplitude=250 * MIB),
+        healthy=True,
+    )
+
+
+def healthy_wander(seed: int = 0, seconds: float = 3 * DAY) -> TraceSpec:
+    """2 s steps whose level wanders slowly (2 % standard deviation, 3 h mean reversion)."""
+    return TraceSpec(
+        "healthy_wander",
+        seconds,
+        seed,
+        steps=StepModel(
+            seconds=2.0,
+            sigma=0.06,
+            phi=0.7,
+            wander_sd=0.02,
+            wander_tau=3 * HOUR,
+            checkpoint_every=900,
+            checkpoint_seconds=6.0,
+            steps_per_epoch=1800,
+            validation_seconds=40.0,
+        ),
+        healthy=True,
+    )
+
+
+def healthy_gc(seed: int = 0, seconds: float = 2 * DAY) -> TraceSpec:
+    """A large GC sawtooth (400 MiB every 3-6 min), allocator levels of 128 MiB that come
+    and go, noisy TF allocator readings."""
+    return TraceSpec(
+        "healthy_gc",
+        seconds,
+        seed,
+        steps=StepModel(
+            seconds=2.0, checkpoint_every=900, steps_per_epoch=1800, validation_seconds=40.0
+        ),
+        memory=MemoryModel(
+            gc_period=270.0,
+            gc_amplitude=400 * MIB,
+            gc_jitter=0.4,
+            noise=16 * MIB,
+            alloc_step=128 * MIB,
+            tf_noise=64 * MIB,
+            tf_mid_step_prob=0.3,
+            tf_mid_step_bytes=512 * MIB,
+        ),
+        healthy=True,
+    )
+
+
+def healthy_rotation(seed: int = 0, seconds: float = 3 * DAY) -> TraceSpec:
+    """Heavier per-step logging (2 KiB/step) rotated into a new event file every 6 h."""
+    return TraceSpec(
+        "healthy_rotation",
+        seconds,
+        seed,
+        steps=StepModel(
+            seconds=2.0, checkpoint_every=900, steps_per_epoch=1800, validation_seconds=40.0
+        ),
+        memory=MemoryModel(warmup_shape="linear", warmup_seconds=30 * 60.0),
+        logs=LogModel(
+            event_bytes_per_step=2048.0, epoch_summary_bytes=8 * MIB, rotation_seconds=6 * HOUR
+        ),
+        healthy=True,
+    )
+
+
+def healthy_fast(seed: int = 0, seconds: float = 4 * HOUR) -> TraceSpec:
+    """Realistic 50 ms steps (20 Hz) for hours: one step_seconds sample per step."""
+    return TraceSpec("healthy_fast", seconds, seed, steps=FAST_STEPS, healthy=True)
+
+
+def healthy_short(seed: int = 0, seconds: float = 40.0) -> TraceSpec:
+    """A 40-second healthy run: 10 ms steps, 0.5 s ticks, start-up memory ramp."""
+    return TraceSpec(
+        "healthy_short",
+        seconds,
+        seed,
+        tick=0.5,
+        steps=SHORT_STEPS,
+        memory=SHORT_MEMORY,
+        logs=SHORT_LOGS,
+        healthy=True,
+    )
+
+
+HEALTHY = {
+    "healthy_plain": healthy_plain,
+    "healthy_heavy": healthy_heavy,
+    "healthy_wander": healthy_wander,
+    "healthy_gc": healthy_gc,
+    "healthy_rotation": healthy_rotation,
+}
+"""Long healthy scenarios: repeated with new seeds to make up the healthy days."""
+
+HEALTHY_EXTRA = {"healthy_fast": healthy_fast, "healthy_short": healthy_short}
+"""Healthy scenarios run once each (their time counts towards the healthy days too)."""
+
+
+def slow_step_10pct(seed: int = 0) -> TraceSpec:
+    return _slow(
+        "slow_step_10pct",
+        2 * HOUR,
+        HOUR,
+        1.10,
+        0,
+        FAST_STEPS,
+        Goal("+10% step change within 1,000 steps", max_steps=1000),
+    ).with_run(seed)
+
+
+def slow_step_2x(seed: int = 0) -> TraceSpec:
+    return _slow("slow_step_2x", 2 * HOUR, HOUR, 2.0, 0, FAST_STEPS).with_run(seed)
+
+
+def slow_ramp_20pct_20k(seed: int = 0) -> TraceSpec:
+    return _slow(
+        "slow_ramp_20pct_20k",
+        2.5 * HOUR,
+        HOUR,
+        1.20,
+        20_000,
+        FAST_STEPS,
+        Goal("+20% over 20k steps within 10k steps", max_steps=10_000),
+    ).with_run(seed)
+
+
+def slow_gradual_10pct_4h(seed: int = 0) -> TraceSpec:
+    return _slow(
+        "slow_gradual_10pct_4h", 8 * HOUR, 2 * HOUR, 1.10, 28_800, HALF_SECOND_STEPS
+    ).with_run(seed)
+
+
+def slow_gradual_20pct_2h(seed: int = 0) -> TraceSpec:
+    return _slow(
+        "slow_gradual_20pct_2h", 6 * HOUR, 2 * HOUR, 1.20, 14_400, HALF_SECOND_STEPS
+    ).with_run(seed)
+
+
+def slow_gradual_50pct_3h(seed: int = 0) -> TraceSpec:
+    return _slow(
+        "slow_gradual_50pct_3h", 6 * HOUR, 2 * HOUR, 1.50, 21_600, HALF_SECOND_STEPS
+    ).with_run(seed)
+
+
+LEAK_STEPS = StepModel(checkpoint_every=1800, checkpoint_seconds=4.0, steps_per_epoch=3600)
+
+
+def _leak(
+    name: str,
+    per_hour_mib: float,
+    goal: Goal | None = None,
+    tf_share: float = 0.0,
+    traces_per_hour: float = 0.0,
+    leak_class: str = "framework_state",
+    seconds: float = 12 * HOUR,
+) -> TraceSpec:
+    onset = 2 * HOUR
+    expected = {"host_memory_drift"}
+    if tf_share:
+        expected.add("tf_memory_drift")
+    what = f"RSS leak {per_hour_mib:g} MiB/h on 10 GiB" + (
+        " (TF allocator too)" if tf_share else " (with retracing)" if traces_per_hour else ""
+    )
+    return TraceSpec(
+        name,
+        seconds,
+        steps=LEAK_STEPS,
+        injections=(Leak(onset, per_hour_mib * MIB, tf_share, traces_per_hour),),
+        label=Label(
+            what,
+            T0 + onset,
+            frozenset({"host_memory_drift"}),
+            "host_memory_drift",
+            tolerated=frozenset(expected),
+            evidence=(("leak_class", leak_class),),
+            goal=goal,
+        ),
+    )
+
+
+def leak_10(seed: int = 0) -> TraceSpec:
+    return _leak("leak_10", 10).with_run(seed)
+
+
+def leak_25(seed: int = 0) -> TraceSpec:
+    return _leak("leak_25", 25, Goal("25 MB/h leak within 3.5 h", max_delay=3.5 * HOUR)).with_run(
+        seed
+    )
+
+
+def leak_50(seed: int = 0) -> TraceSpec:
+    return _leak("leak_50", 50, Goal("50 MB/h leak within 2 h", max_delay=2 * HOUR)).with_run(seed)
+
+
+def leak_200(seed: int = 0) -> TraceSpec:
+    return _leak("leak_200", 200).with_run(seed)
+
+
+def leak_50_tensors(seed: int = 0) -> TraceSpec:
+    return _leak("leak_50_tensors", 50, tf_share=1.0, leak_class="tensors_kept_alive").with_run(
+        seed
+    )
+
+
+def leak_50_retracing(seed: int = 0) -> TraceSpec:
+    return _leak("leak_50_retracing", 50, traces_per_hour=20, leak_class="retracing").with_run(seed)
+
+
+def memory_jump_400(seed: int = 0) -> TraceSpec:
+    return TraceSpec(
+        "memory_jump_400",
+        12 * HOUR,
+        seed,
+        steps=LEAK_STEPS,
+        injections=(MemoryJump(3 * HOUR, 400 * MIB),),
+        label=Label(
+            "RSS +400 MiB once",
+            T0 + 3 * HOUR,
+            frozenset(),
+            "memory_step",
+            goal=Goal(
+                "+400 MB jump not called a leak",
+                silent=frozenset({"host_memory_drift", "tf_memory_drift", "gpu_memory_drift"}),
+            ),
+        ),
+    )
+
+
+def _event_file(name: str, per_hour_mib: float, goal: Goal | None) -> TraceSpec:
+    onset = 3 * HOUR
+    return TraceSpec(
+        name,
+        6 * HOUR,
+        steps=LEAK_STEPS,
+        injections=(EventFileGrowth(onset, per_hour_mib * MIB),),
+        label=Label(
+            f"one event file +{per_hour_mib:g} MiB/h",
+            T0 + onset,
+            frozenset({"event_file_unrotated"}),
+            "event_file_unrotated",
+            tolerated=frozenset({"event_file_growth"}),
+            goal=goal,
+        ),
+    )
+
+
+def eventfile_100(seed: int = 0) -> TraceSpec:
+    goal = Goal("event file growing >= 100 MB/h within 15 min", max_delay=15 * 60.0)
+    return _event_file("eventfile_100", 100, goal).with_run(seed)
+
+
+def eventfile_300(seed: int = 0) -> TraceSpec:
+    goal = Goal("event file growing >= 100 MB/h within 15 min", max_delay=15 * 60.0)
+    return _event_file("eventfile_300", 300, goal).with_run(seed)
+
+
+def nan_at_3h(seed: int = 0) -> TraceSpec:
+    return TraceSpec(
+        "nan_at_3h",
+        4 * HOUR,
+        seed,
+        steps=LEAK_STEPS,
+        injections=(NonFinite(3 * HOUR),),
+        label=Label("loss becomes NaN", T0 + 3 * HOUR, frozenset({"nonfinite"}), "nonfinite"),
+    )
+
+
+def short_slowdown_3x(seed: int = 0) -> TraceSpec:
+    return TraceSpec(
+        "short_slowdown_3x",
+        40.0,
+        seed,
+        tick=0.5,
+        steps=SHORT_STEPS,
+        memory=SHORT_MEMORY,
+        logs=SHORT_LOGS,
+        injections=(Slowdown(20.0, 3.0),),
+        label=Label(
+            "40 s run, steps x3 at 20 s",
+            T0 + 20.0,
+            SLOWDOWN_KINDS,
+            "abrupt_slowdown",
+            goal=Goal("40-second runs flagged within seconds", max_delay=15.0),
+        ),
+    )
+
+
+def short_leak_30gb(seed: int = 0) -> TraceSpec:
+    return TraceSpec(
+        "short_leak_30gb",
+        40.0,
+        seed,
+        tick=0.5,
+        steps=SHORT_STEPS,
+        memory=SHORT_MEMORY,
+        logs=SHORT_LOGS,
+        injections=(Leak(5.0, 30 * GIB),),
+        label=Label(
+            "40 s run, RSS +30 GiB/h from 5 s",
+            T0 + 5.0,
+            frozenset({"host_memory_drift"}),
+            "host_memory_drift",
+            goal=Goal("40-second runs flagged within seconds", max_delay=15.0),
+        ),
+    )
+
+
+INJECTED = {
+    "slow_step_10pct": slow_step_10pct,
+    "slow_step_2x": slow_step_2x,
+    "slow_ramp_20pct_20k": slow_ramp_20pct_20k,
+    "slow_gradual_10pct_4h": slow_gradual_10pct_4h,
+    "slow_gradual_20pct_2h": slow_gradual_20pct_2h,
+    "slow_gradual_50pct_3h": slow_gradual_50pct_3h,
+    "leak_10": leak_10,
+    "leak_25": leak_25,
+    "leak_50": leak_50,
+    "leak_200": leak_200,
+    "leak_50_tensors": leak_50_tensors,
+    "leak_50_retracing": leak_50_retracing,
+    "memory_jump_400": memory_jump_400,
+    "eventfile_100": eventfile_100,
+    "eventfile_300": eventfile_300,
+    "nan_at_3h": nan_at_3h,
+    "short_slowdown_3x": short_slowdown_3x,
+    "short_leak_30gb": short_leak_30gb,
+}
+"""Scenarios with one injected problem each, by name."""
