@@ -196,7 +196,8 @@ class MemoryDriftDetector:
         times = np.array([t for t, _ in scale.means])
         means = np.array([m for _, m in scale.means])
         level = float(means[-1])
-        splits = level_jumps(means, min_jump=max(self.min_growth_bytes * 4, 0.005 * level))
+        floor = max(self.min_growth_bytes * 4, 0.005 * level)
+        splits = level_jumps(means, min_jump=floor, k=4.0)
         for i in splits:
             jumps.append((float(times[i]), float(means[i] - means[i - 1])))
         start = splits[-1] if splits else 0

@@ -188,8 +188,8 @@ def level_jumps(means: npt.ArrayLike, min_jump: float, *, k: float = 6.0) -> lis
     Non-finite means are skipped (the difference then spans the gap, and the index reported
     is the later point's). At least 4 finite means are needed (so the median difference
     is not itself a jump); fewer give ``[]``. A jump that straddles two averaging windows
-    can flag two consecutive indices. Returned ascending: ``means[result[-1]:]`` is the
-    segment after the last jump.
+    is found from the sum of the two differences, and may flag two consecutive indices.
+    Returned ascending: ``means[result[-1]:]`` is the segment after the last jump.
     """
     mm = _as_float(means)
     if min_jump < 0 or not math.isfinite(min_jump):
@@ -198,9 +198,14 @@ def level_jumps(means: npt.ArrayLike, min_jump: float, *, k: float = 6.0) -> lis
     if idx.size < 4:
         return []
     d = np.diff(mm[idx])
-    deviation = np.abs(d - np.median(d))
-    threshold = max(min_jump, k * robust_scale(d))
-    return [int(i) for i in idx[1:][deviation > threshold]]
+    typical = np.median(d)
+    scale = robust_scale(d)
+    single = np.abs(d - typical) > max(min_jump, k * scale)
+    # A jump inside an averaging window shows as two half-steps in a row: test their sum
+    # too (its noise is sqrt(2) times larger), flagging the point after the straddled one.
+    pair = np.abs(d[:-1] + d[1:] - 2 * typical) > max(min_jump, math.sqrt(2) * k * scale)
+    flagged = set(idx[1:][single].tolist()) | set(idx[2:][pair & ~single[:-1]].tolist())
+    return sorted(int(i) for i in flagged)
 
 
 @dataclass
