@@ -105,12 +105,12 @@ def test_missing_path_is_one_line() -> None:
     assert result.stderr == "driftwatch: error: /nonexistent/run: no such file or directory\n"
 
 
-def keras_logdir(tmp_path: Path, name: str, *extra: str) -> Path:
+def keras_logdir(tmp_path: Path, name: str, *extra: str, epochs: int = 10) -> Path:
     logdir = tmp_path / name
     subprocess.run(
         [
             *(sys.executable, str(EXAMPLES / "train_keras.py"), "--logdir", str(logdir)),
-            *("--samples", "32768", "--epochs", "10", "--log-every", "5", *extra),
+            *("--samples", "32768", "--epochs", str(epochs), "--log-every", "5", *extra),
         ],
         check=True,
         timeout=180,
@@ -122,7 +122,8 @@ def keras_logdir(tmp_path: Path, name: str, *extra: str) -> Path:
 
 @pytest.mark.tf
 def test_analyze_finds_a_slowdown_in_a_real_keras_logdir(tmp_path: Path) -> None:
-    logdir = keras_logdir(tmp_path, "slow", "--slow-from-step", "6000")
+    # About 920 steps an epoch: 6,000 ms-steps to settle, then 7,000 steps 2 ms slower.
+    logdir = keras_logdir(tmp_path, "slow", "--slow-from-step", "6000", epochs=14)
     findings = analyze(logdir)
     slowdowns = [f for f in findings if f.kind == "abrupt_slowdown"]
     assert slowdowns, findings

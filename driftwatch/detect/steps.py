@@ -35,7 +35,7 @@ class SlowdownDetector:
     The first ``warmup_blocks`` blocks (tracing, caches filling) are skipped. The baseline
     is the median of the blocks after them, growing until ``baseline_blocks`` and then
     frozen; testing starts once ``min_baseline_blocks`` are in, so short runs are watched
-    too (a median stays put even if the slowdown begins while the baseline still grows).
+    too, and from then on only blocks seen while the sum is at zero join the baseline.
     Each block adds ``log(block / baseline) - k``, capped at ``h / 2`` so that no single odd
     block (a checkpoint and a slow first step of an epoch closed into one) can alarm alone.
     ``k`` is half the log of the slowdown worth reporting, or the baseline blocks' own noise
@@ -75,7 +75,12 @@ class SlowdownDetector:
         if self._warmup_left > 0:
             self._warmup_left -= 1
             return
-        if len(self._baseline_blocks) < self._baseline_size:
+        testing = len(self._baseline_blocks) >= self._min_baseline
+        # Once testing, only blocks that look normal (the sum is at zero) join the
+        # baseline: a slowdown starting now must not be absorbed into it.
+        if len(self._baseline_blocks) < self._baseline_size and (
+            not testing or self._cusum.value == 0.0
+        ):
             self._baseline_blocks.append(level)
             self._rebaseline()
         if len(self._baseline_blocks) < self._min_baseline:
