@@ -91,6 +91,24 @@ class _Signal:
     analysed: dict[float, tuple[tuple[int, float], _ScaleAnalysis]] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class MemoryThresholds:
+    """What counts as drift; the defaults are tuned on ``bench/detection``."""
+
+    points: int = 24  # newest window means tested per scale
+    min_points: int = 8
+    alpha: float = 0.001  # Mann-Kendall level for urgent growth, at any scale
+    alpha_settled: float = 0.01  # and for a leak, on 10-minute means
+    settled_min_width: float = 600.0
+    warmup_seconds: float = 3600.0
+    warmup_epochs: int = 2
+    min_growth: float = 0.005  # a leak grows at least this share of the level over its window
+    min_growth_bytes: float = 16 * MIB  # and at least this much
+    fast_horizon: float = 3600.0  # urgent: the limit is reached sooner than this
+    min_span: float = 1200.0  # a leak holds at least this long
+    scales: tuple[float, ...] = SCALES_SECONDS
+
+
 class MemoryDriftDetector:
     """Drift of one memory signal, reported as ``kind`` with projected time to the limit."""
 
@@ -100,40 +118,16 @@ class MemoryDriftDetector:
         kind: str,
         what: str,
         limit_series: str | None,
-        points: int = 24,
-        min_points: int = 8,
-        alpha: float = 0.001,
-        alpha_settled: float = 0.01,
-        settled_min_width: float = 600.0,
-        warmup_seconds: float = 3600.0,
-        warmup_epochs: int = 2,
-        min_growth: float = 0.005,
-        min_growth_bytes: float = 16 * MIB,
-        fast_horizon: float = 3600.0,
-        min_span: float = 1200.0,
-        scales: tuple[float, ...] = SCALES_SECONDS,
+        thresholds: MemoryThresholds = MemoryThresholds(),
     ) -> None:
         self.name = kind
-        self.kind = kind
         self.what = what
         self.signal = signal
-        self.limit_series = limit_series
         wanted = {signal, "epoch_seconds"}
         if limit_series is not None:
             wanted.add(limit_series)
         self.series = frozenset(wanted)
-        self.points = points
-        self.min_points = min_points
-        self.alpha = alpha
-        self.alpha_settled = alpha_settled
-        self.settled_min_width = settled_min_width
-        self.warmup_seconds = warmup_seconds
-        self.warmup_epochs = warmup_epochs
-        self.min_growth = min_growth
-        self.min_growth_bytes = min_growth_bytes
-        self.fast_horizon = fast_horizon
-        self.min_span = min_span
-        self._scales = scales
+        self.thresholds = thresholds
         self._signals: dict[Labels, _Signal] = {}
         self._limits: dict[Labels, float] = {}
         self._epochs = 0
@@ -144,12 +138,12 @@ class MemoryDriftDetector:
     def observe(self, sample: Sample) -> None:
         if sample.series == "epoch_seconds":
             self._epochs += 1
-            if self._epochs == self.warmup_epochs:
+            if self._epochs == self.thresholds.warmup_epochs:
                 self._epochs_done_at = sample.t
         elif sample.series == self.signal:
             state = self._signals.get(sample.labels)
             if state is None:
-                widths = [WindowMeans(w, self.points) for w in self._scales]
+                widths = [WindowMeans(w, self.thresholds.points) for w in self.thresholds.scales]
                 state = self._signals[sample.labels] = _Signal(widths, first_t=sample.t)
             for scale in state.scales:
                 scale.add(sample.t, sample.value)
@@ -164,7 +158,7 @@ class MemoryDriftDetector:
 
     def warmup_end(self, state: _Signal) -> float:
         """Warm-up lasts ``warmup_seconds`` and ``warmup_epochs`` epochs, whichever is longer."""
-        by_time = state.first_t + self.warmup_seconds
+        by_time = state.first_t + self.thresholds.warmup_seconds
         return (
             max(by_time, self._epochs_done_at) if math.isfinite(self._epochs_done_at) else by_time
         )
@@ -191,24 +185,24 @@ class MemoryDriftDetector:
         settled: list[Trend] = []
         fast: list[Trend] = []
         jumps: list[Jump] = []
-        if len(scale.means) < self.min_points:
+        if len(scale.means) < self.thresholds.min_points:
             return settled, fast, jumps
         times = np.array([t for t, _ in scale.means])
         means = np.array([m for _, m in scale.means])
         level = float(means[-1])
-        floor = max(self.min_growth_bytes * 4, 0.005 * level)
+        floor = max(self.thresholds.min_growth_bytes * 4, 0.005 * level)
         splits = level_jumps(means, min_jump=floor, k=4.0)
         for i in splits:
             jumps.append((float(times[i]), float(means[i] - means[i - 1])))
         start = splits[-1] if splits else 0
         for subset, bucket, alpha in (
-            (times >= warm_until, settled, self.alpha_settled),
-            (None, fast, self.alpha),
+            (times >= warm_until, settled, self.thresholds.alpha_settled),
+            (None, fast, self.thresholds.alpha),
         ):
             idx = np.arange(start, len(means))
             if subset is not None:
                 idx = idx[subset[start:]]
-            if len(idx) < self.min_points:
+            if len(idx) < self.thresholds.min_points:
                 continue
             slope, _ = theil_sen(times[idx], means[idx])
             if not slope > 0:
@@ -252,25 +246,27 @@ class MemoryDriftDetector:
         # Urgent: steady growth that reaches the limit within the horizon, confirmed by the
         # next wider scale whenever that one has enough points (a GC cycle's rising half
         # fills a narrow window but not a wide one).
-        widths = sorted(self._scales)
+        widths = sorted(self.thresholds.scales)
         fast_widths = {t.width for t in fast}
-        tested = {w for w in widths if len(state.scale(w).means) >= self.min_points}
+        tested = {w for w in widths if len(state.scale(w).means) >= self.thresholds.min_points}
 
         def confirmed(trend: Trend) -> bool:
             wider = [w for w in widths if w > trend.width]
             return not wider or wider[0] not in tested or wider[0] in fast_widths
 
         urgent = [
-            t for t in fast if time_to_limit(t) < self.fast_horizon and t.steady and confirmed(t)
+            t
+            for t in fast
+            if time_to_limit(t) < self.thresholds.fast_horizon and t.steady and confirmed(t)
         ]
         # A leak: a material trend in wide windows (10-minute means), held for
         # ``min_span``; narrower windows see the rising half of GC or caching cycles.
         worth = [
             t
             for t in settled
-            if t.width >= self.settled_min_width
+            if t.width >= self.thresholds.settled_min_width
             and self._materiality(t) >= 1
-            and t.points * t.width >= self.min_span
+            and t.points * t.width >= self.thresholds.min_span
         ]
         candidates = urgent or worth
         if not candidates:
@@ -278,7 +274,9 @@ class MemoryDriftDetector:
         # The widest scale that sees it: the most evidence, the steadiest slope.
         trend = max(candidates, key=lambda t: t.width)
         remaining = time_to_limit(trend)
-        horizon = max(self.fast_horizon, now - state.first_t)  # a run likely goes on as long again
+        # Critical when the limit comes before the run likely ends: it has run this long,
+        # so assume it goes on as long again.
+        horizon = max(self.thresholds.fast_horizon, now - state.first_t)
         severity = Severity.CRITICAL if remaining < horizon else Severity.WARNING
         where = "".join(f" {v}" for _, v in labels)
         per_hour = trend.slope * 3600
@@ -303,13 +301,15 @@ class MemoryDriftDetector:
         if math.isfinite(limit):
             evidence["limit_bytes"] = limit
         evidence.update(extra_evidence)
-        finding = Finding(self.kind, severity, trend.since, message, evidence)
+        finding = Finding(self.name, severity, trend.since, message, evidence)
         return finding, 1.0 + (1.0 if severity is Severity.CRITICAL else 0.0)
 
     def _materiality(self, trend: Trend) -> float:
         """Growth over the tested window relative to the smallest worth reporting."""
         grown = trend.slope * trend.points * trend.width
-        return grown / max(self.min_growth_bytes, self.min_growth * trend.level)
+        return grown / max(
+            self.thresholds.min_growth_bytes, self.thresholds.min_growth * trend.level
+        )
 
     def _jump_findings(self, labels: Labels, jumps: list[Jump]) -> list[Finding]:
         findings = []
@@ -342,13 +342,9 @@ class MemoryDriftDetector:
 class HostMemoryDetector(MemoryDriftDetector):
     """Host RSS drift, with the likely leak class from how TF memory and tracing behave."""
 
-    def __init__(self, **options: float) -> None:
+    def __init__(self, thresholds: MemoryThresholds = MemoryThresholds()) -> None:
         super().__init__(
-            "rss_bytes",
-            "host_memory_drift",
-            "host memory (RSS)",
-            "memory_limit_bytes",
-            **options,  # type: ignore[arg-type]
+            "rss_bytes", "host_memory_drift", "host memory (RSS)", "memory_limit_bytes", thresholds
         )
         self.series = self.series | {"tf_allocator_current_bytes", "tracing_count"}
         self._tf: dict[Labels, WindowMeans] = {}
@@ -358,7 +354,9 @@ class HostMemoryDetector(MemoryDriftDetector):
         if sample.series == "tf_allocator_current_bytes":
             means = self._tf.get(sample.labels)
             if means is None:
-                means = self._tf[sample.labels] = WindowMeans(LEAK_CLASS_WIDTH, self.points)
+                means = self._tf[sample.labels] = WindowMeans(
+                    LEAK_CLASS_WIDTH, self.thresholds.points
+                )
             means.add(sample.t, sample.value)
         elif sample.series == "tracing_count":
             self._tracing.append((sample.t, sample.value))
@@ -410,22 +408,17 @@ class HostMemoryDetector(MemoryDriftDetector):
         return advice, {"leak_class": leak_class}
 
 
-def memory_detectors(**options: float) -> list[Detector]:
+def memory_detectors() -> list[Detector]:
     """Host RSS, TensorFlow allocator and GPU process memory drift detectors."""
     return [
-        HostMemoryDetector(**options),
+        HostMemoryDetector(),
         MemoryDriftDetector(
-            "tf_allocator_current_bytes",
-            "tf_memory_drift",
-            "TensorFlow allocator memory",
-            None,
-            **options,  # type: ignore[arg-type]
+            "tf_allocator_current_bytes", "tf_memory_drift", "TensorFlow allocator memory", None
         ),
         MemoryDriftDetector(
             "gpu_process_memory_bytes",
             "gpu_memory_drift",
             "GPU memory of the process",
             "gpu_memory_total_bytes",
-            **options,  # type: ignore[arg-type]
         ),
     ]
