@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 
 
 def human_bytes(value: float) -> str:
@@ -31,3 +32,8 @@ def human_seconds(value: float) -> str:
     if value < 172800:
         return f"{value / 3600:.1f} h"
     return f"{value / 86400:.1f} days"
+
+
+def clock(t: float) -> str:
+    """The local time of day of a unix time, ``14:03:27``."""
+    return time.strftime("%H:%M:%S", time.localtime(t))

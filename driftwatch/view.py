@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Iterable
 
 from rich.table import Table
@@ -12,7 +11,7 @@ from driftwatch.findings import Finding, Severity
 from driftwatch.monitor import Snapshot
 from driftwatch.series import Labels
 from driftwatch.store import SeriesHistory, Store
-from driftwatch.units import human_bytes, human_seconds
+from driftwatch.units import clock, human_bytes, human_seconds
 
 RATE_WINDOW_SECONDS = 300.0
 SEVERITY_STYLE = {Severity.INFO: "cyan", Severity.WARNING: "yellow", Severity.CRITICAL: "bold red"}
@@ -140,7 +139,7 @@ def live_table(snapshot: Snapshot, store: Store, listen_url: str | None) -> Tabl
 
 def plain_line(snapshot: Snapshot, store: Store) -> str:
     """One line per tick, for logs and terminals that are not interactive."""
-    stamp = time.strftime("%H:%M:%S", time.localtime(snapshot.t))
+    stamp = clock(snapshot.t)
     readings = "; ".join(f"{name}: {reading}" for name, reading in signal_rows(snapshot, store))
     return f"{stamp} {snapshot.run}: {readings}"
 

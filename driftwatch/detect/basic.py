@@ -5,17 +5,12 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
-import time
 from collections import deque
 
 from driftwatch.detect import Evaluation
 from driftwatch.findings import Finding, Severity
 from driftwatch.series import Sample
-
-
-def clock(t: float) -> str:
-    """A time of day for messages."""
-    return time.strftime("%H:%M:%S", time.localtime(t))
+from driftwatch.units import clock
 
 
 class NonFiniteDetector:

@@ -8,12 +8,11 @@ from collections import deque
 import numpy as np
 
 from driftwatch.detect import Detector, Evaluation
-from driftwatch.detect.basic import clock
 from driftwatch.detect.memory import WindowMeans
 from driftwatch.detect.stats import theil_sen
 from driftwatch.findings import Finding, Severity
 from driftwatch.series import Sample
-from driftwatch.units import human_bytes, human_seconds
+from driftwatch.units import clock, human_bytes, human_seconds
 
 MIB = 1 << 20
 

@@ -20,11 +20,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from driftwatch.detect import Detector, Evaluation
-from driftwatch.detect.basic import clock
 from driftwatch.detect.stats import level_jumps, mann_kendall, theil_sen
 from driftwatch.findings import Finding, Severity
 from driftwatch.series import Labels, Sample
-from driftwatch.units import human_bytes, human_seconds
+from driftwatch.units import clock, human_bytes, human_seconds
 
 MIB = 1 << 20
 SCALES_SECONDS = (2.0, 20.0, 120.0, 600.0)

@@ -13,7 +13,6 @@ from collections import deque
 import numpy as np
 
 from driftwatch.detect import Evaluation
-from driftwatch.detect.basic import clock
 from driftwatch.detect.stats import (
     Cusum,
     RunningMedianBlocks,
@@ -23,7 +22,7 @@ from driftwatch.detect.stats import (
 )
 from driftwatch.findings import Finding, Severity
 from driftwatch.series import Sample
-from driftwatch.units import human_seconds
+from driftwatch.units import clock, human_seconds
 
 WORTH_REPORTING = 1.10
 """The smallest sustained slowdown worth a warning: 10 %."""
