@@ -105,13 +105,13 @@ class Hook:
         if start == start:  # not NaN: a period is open
             idle = self._idle_since
             gap = now - idle if idle == idle else 0.0
-            steps = self._period_steps
+            closed = self._period_steps
             self._writer.write(
                 Kind.STEP,
                 self.global_step,
                 self._wall0 + (now - self._perf0),
-                (now - start) / steps,
-                gap / steps,
+                (now - start) / closed,
+                gap / closed,
             )
         self._period_start = now
         self._period_steps = steps

@@ -1,0 +1,53 @@
+"""The hook's step accounting, driven with explicit clock readings (no TensorFlow needed)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import psutil
+import pytest
+
+from driftwatch.channel import ChannelReader, find_channel
+from driftwatch.hook.core import Hook
+from driftwatch.hook.protocol import Kind
+
+
+def test_periods_are_divided_by_the_steps_each_call_ran(tmp_path: Path) -> None:
+    hook = Hook(channel_dir=str(tmp_path), probe_every_steps=10**9, probe_every_seconds=1e9)
+    hook.step_started(0.0, 1)
+    hook.step_ended(0.5)  # 0.5 s of host work follows
+    hook.step_started(1.0, 4)
+    hook.step_ended(2.0)
+    hook.step_started(3.0, 2)  # the 4-step call: 2 s, 1 s of it outside the step
+    assert hook.global_step == 7
+    path = find_channel(tmp_path, os.getpid(), psutil.Process().create_time())
+    assert path is not None
+    reader = ChannelReader.open(path)
+    records, lost = reader.read()
+    reader.close()
+    steps = [r for r in records if r.kind == Kind.STEP]
+    assert lost == 0
+    assert [r.key for r in steps] == [1, 5]
+    assert [r.a for r in steps] == [1.0, 0.5]
+    assert [r.b for r in steps] == [0.5, 0.25]
+
+
+def test_a_boundary_closes_the_period_without_a_record(tmp_path: Path) -> None:
+    hook = Hook(channel_dir=str(tmp_path), probe_every_steps=10**9, probe_every_seconds=1e9)
+    hook.step_started(0.0)
+    hook.step_ended(0.1)
+    hook.boundary()  # validation: not part of any step
+    hook.step_started(30.0)
+    hook.step_started(31.0)
+    path = find_channel(tmp_path, os.getpid(), psutil.Process().create_time())
+    assert path is not None
+    reader = ChannelReader.open(path)
+    records, _ = reader.read()
+    reader.close()
+    assert [(r.key, r.a) for r in records if r.kind == Kind.STEP] == [(2, 1.0)]
+
+
+def test_probe_settings_are_checked() -> None:
+    with pytest.raises(ValueError, match="probe_every"):
+        Hook(probe_every_steps=0)
