@@ -24,6 +24,7 @@ class DriftwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]
 
     All callbacks of one process share one hook (see ``shared_hook``), so the options of the
     first one created apply.
+
     ``check_weights_every``: every N steps, check the weights for non-finite values. Off by
     default: reading weights to the host costs a device sync.
     """
