@@ -41,9 +41,9 @@ def queries(dashboard: dict[str, Any]) -> list[str]:
     return exprs + [a["expr"] for a in dashboard["annotations"]["list"]]
 
 
-def expand(expr: str) -> str:
-    """The query as Grafana sends it, with example values for the variables."""
-    for variable, value in EXAMPLE_VALUES.items():
+def expand(expr: str, values: dict[str, str] = EXAMPLE_VALUES) -> str:
+    """The query as Grafana sends it, with these values for the variables."""
+    for variable, value in values.items():
         expr = expr.replace(variable, value)
     assert "$" not in expr, expr
     return expr
@@ -51,6 +51,7 @@ def expand(expr: str) -> str:
 
 def variable(dashboard: dict[str, Any], name: str) -> dict[str, Any]:
     (found,) = [v for v in dashboard["templating"]["list"] if v["name"] == name]
+    assert isinstance(found, dict)
     return found
 
 
@@ -157,7 +158,7 @@ def test_rate_functions_use_rate_interval_and_counters_only_appear_inside_them(
     dashboard: dict[str, Any],
 ) -> None:
     # target-rate-interval-rule, target-counter-agg-rule
-    call = r"\b(%s)\(\s*([\w:]+)\{[^}]*\}\[([^\]]+)\]\)" % "|".join(RANGE_FUNCTIONS)
+    call = r"\b(" + "|".join(RANGE_FUNCTIONS) + r")\(\s*([\w:]+)\{[^}]*\}\[([^\]]+)\]\)"
     for expr in queries(dashboard):
         for _, _, window in re.findall(call, expr):
             assert window == "$__rate_interval", expr
