@@ -162,9 +162,8 @@ def _tls_context(
 
 def _sources(target: Target, logdirs: list[Path]) -> list[Source]:
     """Every source for one target; the hook's steps, when it has one, beat event files'."""
-    hook = HookSource(
-        runtime_dir(target.environ(), target.info.uid), target.pid, target.info.create_time
-    )
+    uid = target.info.uid
+    hook = HookSource(runtime_dir(target.environ(), uid), target.pid, target.info.create_time, uid)
     return [
         ProcessSource(target),  # first: it notices a reused PID before the others read
         hook,
