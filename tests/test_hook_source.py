@@ -101,3 +101,16 @@ def test_a_channel_planted_by_another_user_is_refused_with_one_warning(
     refusals = [r.getMessage() for r in caplog.records if "hook's channel" in r.getMessage()]
     assert len(refusals) == 1
     assert "owned by uid 65534" in refusals[0]
+
+
+def test_a_stalled_reader_costs_the_writer_nothing_and_counts_the_overrun(
+    tmp_path: Path,
+) -> None:
+    small = ChannelWriter.create(ensure_private_dir(tmp_path / "dw"), PID, CREATE_TIME, 8)
+    monitor = monitor_of(small)
+    assert exported(monitor, "driftwatch_hook_records_lost_total") == {(("run", "train"),): 0.0}
+    for step in range(1, 21):  # the monitor stalls: 20 records into a ring of 8
+        small.write(Kind.STEP, step, CREATE_TIME + step, a=0.5)
+    assert small.dropped == 0  # every write went through
+    assert exported(monitor, "driftwatch_hook_records_lost_total") == {(("run", "train"),): 12.0}
+    assert exported(monitor, "driftwatch_train_step") == {(("run", "train"),): 20.0}

@@ -266,6 +266,7 @@ class EventFileSource:
         self._track_steps = track_steps
         self._next_walk = -math.inf  # the `now` from which logdirs are walked again
         self._access_denied_logged = False
+        self._missing_logdirs: set[Path] = set()
         self._tails: dict[str, _Tail] = {}  # by real path
         self._any_file = False
         self._progress = StepProgress()
@@ -293,12 +294,21 @@ class EventFileSource:
         if now >= self._next_walk:
             self._next_walk = now + self._rescan_seconds
             for logdir in self._logdirs:
+                self._check_logdir(logdir)
                 for root, _dirs, files in os.walk(logdir):
                     found += [os.path.join(root, f) for f in files if _is_event_file(f)]
         for path in map(os.path.realpath, found):
             if path not in self._tails:
                 self._tails[path] = _Tail(tb, path)
                 self._any_file = True
+
+    def _check_logdir(self, logdir: Path) -> None:
+        """Warn once when a logdir disappears (and again if it comes back and goes again)."""
+        if logdir.is_dir():
+            self._missing_logdirs.discard(logdir)
+        elif logdir not in self._missing_logdirs:
+            self._missing_logdirs.add(logdir)
+            log.warning("logdir %s no longer exists; its event files are no longer read", logdir)
 
     def _list_open_paths(self) -> list[str]:
         if self._open_paths is None:
