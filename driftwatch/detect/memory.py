@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,9 +27,7 @@ from driftwatch.series import Labels, Sample
 from driftwatch.units import clock, human_bytes, human_seconds
 
 MIB = 1 << 20
-SCALES_SECONDS = (2.0, 20.0, 120.0, 600.0)
-LEAK_CLASS_WIDTH = 120.0
-"""Window of the TF-allocator means that the leak class compares with host memory."""
+SCALES_SECONDS = (1.0, 2.0, 20.0, 120.0, 600.0)
 
 
 class WindowMeans:
@@ -121,7 +120,7 @@ class MemoryThresholds:
     points: int = 24  # newest window means tested per scale
     min_points: int = 8
     alpha: float = 0.001  # Mann-Kendall level for urgent growth, at any scale
-    alpha_settled: float = 0.01  # and for a leak, on 10-minute means
+    alpha_settled: float = 0.005  # and for a leak, on 10-minute means
     settled_min_width: float = 600.0
     warmup_seconds: float = 3600.0
     warmup_epochs: int = 2
@@ -135,12 +134,19 @@ class MemoryThresholds:
 SLOWING = 0.8
 """A window's newer half rising slower than this share of its older half's rate is a
 rise that levels off (a warm-up), not noise around a steady one."""
+SLOWING_MIN_HALF_SPAN = 60.0
+"""Levelling off is judged over at least a minute on each side: within seconds, the tail
+of a start-up ramp followed by a leak looks the same."""
 
 
 def _decay(older_slope: float, newer_slope: float, half_span: float) -> float:
     """Time constant of an exponentially slowing rise whose rate went from ``older_slope``
     to ``newer_slope`` over ``half_span`` seconds; ``inf`` when it is not clearly slowing."""
-    if not older_slope > 0 or newer_slope >= SLOWING * older_slope:
+    if (
+        half_span < SLOWING_MIN_HALF_SPAN
+        or not older_slope > 0
+        or newer_slope >= SLOWING * older_slope
+    ):
         return math.inf
     if newer_slope <= 0:
         return 0.0
@@ -281,18 +287,19 @@ class MemoryDriftDetector:
         state: _Signal,
     ) -> tuple[Finding | None, float]:
         # Urgent: growth that reaches the limit within the horizon, projected with the
-        # slowing seen, and confirmed at every wider scale that has enough points (a GC
-        # cycle's rising half fills a narrow window but not a wide one; a warm-up that
-        # levels off shows as slowing growth in the wider windows).
+        # slowing seen, and rising at every wider scale that has enough points too (a GC
+        # cycle's rising half fills a narrow window but not a wide one).
         horizon = self.thresholds.fast_horizon
-        soon = {t.width for t in fast if t.time_to(limit) < horizon}
+        rising = {t.width for t in fast}
         tested = {
             w
             for w in self.thresholds.scales
             if len(state.scale(w).means) >= self.thresholds.min_points
         }
         urgent = [
-            t for t in fast if t.width in soon and all(w in soon for w in tested if w > t.width)
+            t
+            for t in fast
+            if t.time_to(limit) < horizon and all(w in rising for w in tested if w > t.width)
         ]
         # A leak: a material trend in wide windows (10-minute means), held for
         # ``min_span``; narrower windows see the rising half of GC or caching cycles.
@@ -374,48 +381,83 @@ class MemoryDriftDetector:
         ), {}
 
 
+def _covering(scales: Iterable[WindowMeans], since: float) -> list[tuple[float, float]]:
+    """(start, floor) since ``since`` from the narrowest scale that reaches back that far
+    with at least 4 windows (probes may be sparser than the windows), else the one with
+    the most windows since then."""
+    best: list[tuple[float, float]] = []
+    for means in sorted(scales, key=lambda m: m.width):
+        points = [
+            (t, floor)
+            for (t, _), floor in zip(means.means, means.floors, strict=True)
+            if t >= since
+        ]
+        if len(points) >= 4 and means.means[0][0] <= since:
+            return points
+        if len(points) > len(best):
+            best = points
+    return best
+
+
 class HostMemoryDetector(MemoryDriftDetector):
-    """Host RSS drift, with the likely leak class from how TF memory and tracing behave."""
+    """Host RSS drift, with the likely leak class from how TF memory and tracing behave.
+
+    TF allocator memory is kept at the same scales as RSS, so the class is judged over the
+    window that found the trend, whether that is seconds or hours. Retracing shows as the
+    hook's tracing count or, without the hook (custom loops), TF's retracing warnings.
+    """
 
     def __init__(self, thresholds: MemoryThresholds = MemoryThresholds()) -> None:
         super().__init__(
             "rss_bytes", "host_memory_drift", "host memory (RSS)", "memory_limit_bytes", thresholds
         )
-        self.series = self.series | {"tf_allocator_current_bytes", "tracing_count"}
-        self._tf: dict[Labels, WindowMeans] = {}
-        self._tracing: deque[tuple[float, float]] = deque(maxlen=4096)
+        self.series = self.series | {
+            "tf_allocator_current_bytes",
+            "tracing_count",
+            "retracing_warnings_total",
+        }
+        self._tf: dict[Labels, dict[float, WindowMeans]] = {}
+        self._traces: dict[str, deque[tuple[float, float]]] = {
+            "tracing_count": deque(maxlen=4096),
+            "retracing_warnings_total": deque(maxlen=4096),
+        }
 
     def observe(self, sample: Sample) -> None:
         if sample.series == "tf_allocator_current_bytes":
-            means = self._tf.get(sample.labels)
-            if means is None:
-                means = self._tf[sample.labels] = WindowMeans(
-                    LEAK_CLASS_WIDTH, self.thresholds.points
-                )
-            means.add(sample.t, sample.value)
-        elif sample.series == "tracing_count":
-            self._tracing.append((sample.t, sample.value))
+            scales = self._tf.get(sample.labels)
+            if scales is None:
+                scales = self._tf[sample.labels] = {
+                    w: WindowMeans(w, self.thresholds.points) for w in self.thresholds.scales
+                }
+            for means in scales.values():
+                means.add(sample.t, sample.value)
+        elif sample.series in self._traces:
+            self._traces[sample.series].append((sample.t, sample.value))
         else:
             super().observe(sample)
 
-    def leak_class(self, since: float) -> tuple[str, str]:
-        """(class, advice) from TF allocator memory and tracing since ``since``."""
-        traces = [c for t, c in self._tracing if t >= since]
-        retraced = len(traces) >= 2 and traces[-1] - traces[0] >= 2
+    def _retraced(self, since: float) -> bool:
+        """Whether the train function was traced again, or TF warned of retracing, since."""
+        counts = self._traces["tracing_count"]
+        traces = [c for t, c in counts if t >= since]
+        if len(traces) >= 2 and traces[-1] - traces[0] >= 2:
+            return True
+        warnings = self._traces["retracing_warnings_total"]
+        before = max((c for t, c in warnings if t < since), default=0.0)
+        return bool(warnings) and warnings[-1][1] > before
+
+    def leak_class(self, trend: Trend) -> tuple[str, str]:
+        """(class, advice) from TF allocator memory and tracing over ``trend``'s window."""
         tf_rising = False
         tf_known = False
-        for means in self._tf.values():
-            points = [
-                (t, floor)
-                for (t, _), floor in zip(means.means, means.floors, strict=True)
-                if t >= since
-            ]
-            if len(points) >= 4:  # at most ``points`` 2-minute means: cheap
+        for scales in self._tf.values():
+            points = _covering(scales.values(), trend.since)
+            if len(points) >= 4:  # at most ``points`` means: cheap
                 tf_known = True
                 times = np.array([t for t, _ in points])
                 values = np.array([m for _, m in points])
                 slope, _ = theil_sen(times, values)
-                test = mann_kendall(values, lag1_correction=True)
+                test = mann_kendall(values, lag1_correction=len(values) >= 16)
                 tf_rising = tf_rising or (slope > 0 and test.p < 0.01)
         if tf_rising:
             return "tensors_kept_alive", (
@@ -423,7 +465,7 @@ class HostMemoryDetector(MemoryDriftDetector):
                 "e.g. outputs or losses appended to a Python list, or a tf.Variable/metric "
                 "that accumulates. Keep Python floats (loss.numpy()) instead of tensors."
             )
-        if retraced:
+        if self._retraced(trend.since):
             return "retracing", (
                 "TensorFlow allocator memory is flat while the train function keeps being "
                 "retraced: each trace keeps a new graph alive. Pass tensors, not Python "
@@ -443,7 +485,7 @@ class HostMemoryDetector(MemoryDriftDetector):
         )
 
     def explain(self, trend: Trend) -> tuple[str, dict[str, float | str]]:
-        leak_class, advice = self.leak_class(trend.since)
+        leak_class, advice = self.leak_class(trend)
         return advice, {"leak_class": leak_class}
 
 
