@@ -353,3 +353,12 @@ def test_unrotated_event_file_in_seconds_and_not_from_one_burst() -> None:
         for i in range(40)
     ]
     assert feed(UnrotatedEventFileDetector(), burst).findings == ()
+
+
+def test_unrotated_event_file_needs_minutes_at_the_bare_threshold() -> None:
+    """100 MB/h of per-step scalars is reported after minutes of evidence, not 30 s."""
+    rate = 120 * MIB / 3600
+    growing = [Sample("event_file_largest_bytes", i * rate, T0 + i) for i in range(400)]
+    assert feed(UnrotatedEventFileDetector(), growing[:40]).findings == ()
+    (finding,) = feed(UnrotatedEventFileDetector(), growing).findings
+    assert finding.kind == "event_file_unrotated"

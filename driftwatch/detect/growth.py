@@ -109,7 +109,8 @@ class UnrotatedEventFileDetector:
     """A single event file growing fast and without end: TensorBoard never rotates them.
 
     Judged at two scales, so a 40-second run and a week-long one are both covered: 5-second
-    windows over half a minute and 1-minute windows over up to 16 minutes. The rate is the
+    windows over half a minute, for growth ten times the threshold (image summaries every
+    step), and 1-minute windows over 5 to 16 minutes for growth past it. The rate is the
     lower quartile of the window-to-window growth, so an epoch's burst of summaries cannot
     pass for steady growth; any shrinking means the file was rotated or replaced.
     """
@@ -120,32 +121,36 @@ class UnrotatedEventFileDetector:
     def __init__(
         self,
         rate_threshold: float = 100 * MIB / 3600,
-        scales: tuple[tuple[float, int], ...] = ((5.0, 6), (60.0, 5)),
+        scales: tuple[tuple[float, int, float], ...] = ((5.0, 6, 10.0), (60.0, 5, 1.0)),
         horizon: float = 24 * 3600.0,
     ) -> None:
         self.rate_threshold = rate_threshold
         self.horizon = horizon
-        self._scales = [(WindowMeans(width, 16), min_points) for width, min_points in scales]
+        self._scales = [
+            (WindowMeans(width, 16), min_points, factor) for width, min_points, factor in scales
+        ]
         self._evaluated: dict[float, tuple[int, Evaluation]] = {}
 
     def observe(self, sample: Sample) -> None:
-        for sizes, _ in self._scales:
+        for sizes, _, _ in self._scales:
             sizes.add(sample.t, sample.value)
 
     def evaluate(self, now: float) -> Evaluation:
         """The scale with the most evidence; each recomputed only when a window closes."""
         evaluations = []
-        for sizes, min_points in self._scales:
+        for sizes, min_points, factor in self._scales:
             cached = self._evaluated.get(sizes.width)
             if cached is None or cached[0] != sizes.version:
                 cached = self._evaluated[sizes.width] = (
                     sizes.version,
-                    self._evaluate(list(sizes.means), min_points),
+                    self._evaluate(list(sizes.means), min_points, factor),
                 )
             evaluations.append(cached[1])
         return max(evaluations, key=lambda e: e.score)
 
-    def _evaluate(self, means: list[tuple[float, float]], min_points: int) -> Evaluation:
+    def _evaluate(
+        self, means: list[tuple[float, float]], min_points: int, factor: float
+    ) -> Evaluation:
         if len(means) < min_points:
             return Evaluation(0.0)
         times = np.array([t for t, _ in means])
@@ -154,7 +159,7 @@ class UnrotatedEventFileDetector:
         if np.any(growth < 0):  # the largest file shrank: rotated or deleted
             return Evaluation(0.0)
         rate = float(np.quantile(growth / np.diff(times), 0.25))
-        score = rate / self.rate_threshold
+        score = rate / (self.rate_threshold * factor)
         if score < 1:
             return Evaluation(max(score, 0.0))
         projected = sizes[-1] + rate * self.horizon
