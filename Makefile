@@ -1,12 +1,11 @@
 # The two commands of the README's quick start:
-#   make demo    watch a bundled example training run with driftwatch's live view
+#   make demo    run a bundled broken training run under driftwatch: live view, then findings
 #   make check   install everything and run lint, type checks and the whole test suite
 # Both set up .venv themselves on a fresh machine (Python 3.11; root for Debian packages).
 
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-DEMO_DIR := $(or $(TMPDIR),/tmp)/driftwatch-demo
 PYTEST_ARGS ?=
 
 .PHONY: demo check lint test system-deps clean
@@ -24,9 +23,7 @@ system-deps:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 
 demo: $(VENV)/.installed
-	@rm -rf $(DEMO_DIR) && mkdir -p $(DEMO_DIR)
-	@$(BIN)/python examples/train_keras.py --logdir $(DEMO_DIR) --epochs 60 2>$(DEMO_DIR)/train.log & \
-	  $(BIN)/driftwatch attach $$! --interval 1 --logdir $(DEMO_DIR) --findings $(DEMO_DIR)/findings.jsonl
+	$(BIN)/driftwatch demo
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .

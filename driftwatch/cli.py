@@ -8,6 +8,7 @@ import os
 import signal
 import ssl
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from rich.live import Live
 from driftwatch import __version__, bundle
 from driftwatch.analyze import analyze as analyze_path
 from driftwatch.channel import channel_path, remove_channel, runtime_dir
+from driftwatch.demo import DEFAULT_EXAMPLE, examples, find_example
 from driftwatch.detect.catalog import default_engine
 from driftwatch.doctor import run_checks
 from driftwatch.errors import DriftwatchError, TargetGone, UsageError
@@ -300,6 +302,13 @@ def run(
     """Run a training command under driftwatch, with the hook injected; exit with its code."""
     tls = (tls_cert, tls_key, tls_client_ca)
     options = WatchOptions.parse(interval, listen, logdir, findings, run, tls)
+    raise typer.Exit(_run_job(command, options, hook, cpu_allocator_stats))
+
+
+def _run_job(
+    command: list[str], options: WatchOptions, hook: bool, cpu_allocator_stats: bool
+) -> int:
+    """Start ``command``, watch it until it exits, print the summary; its exit code."""
     run_name = options.run or default_run_name(command, Path(command[0]).name)
     env = child_environment(dict(os.environ), hook, run_name)
     if cpu_allocator_stats:
@@ -313,7 +322,7 @@ def run(
         except TargetGone:  # it finished before driftwatch could look
             child.wait()
             pump.close()
-            raise typer.Exit(exit_code(child.returncode)) from None
+            return exit_code(child.returncode)
         monitor, reason, started = _watch(target, run_name, options, [pump], threading.Event())
         child.wait()
     # The job is gone: its channel has no reader left to serve.
@@ -322,7 +331,36 @@ def run(
     )
     ended = reason or "stopped"
     print(summary(monitor.snapshot, monitor.store, monitor.reported.values(), ended, started))
-    raise typer.Exit(exit_code(child.returncode))
+    return exit_code(child.returncode)
+
+
+@app.command()
+def demo(
+    example: Annotated[
+        str, typer.Argument(help="The example to run (see --list).")
+    ] = DEFAULT_EXAMPLE,
+    list_examples: Annotated[
+        bool, typer.Option("--list", help="List the examples and exit.")
+    ] = False,
+    interval: IntervalOption = 1.0,
+    listen: ListenOption = f"{DEFAULT_HOST}:0",
+) -> None:
+    """Run a bundled example training run under driftwatch: live view, then its findings."""
+    if list_examples:
+        for known in examples():
+            print(f"{known.name:<26} {known.summary}")
+        return
+    chosen = find_example(example)
+    workdir = Path(tempfile.mkdtemp(prefix=f"driftwatch-demo-{chosen.name}-"))
+    logs = workdir / "logs"
+    logs.mkdir()
+    findings = workdir / "findings.jsonl"
+    options = WatchOptions.parse(
+        interval, listen, [logs], findings, chosen.name, (None, None, None)
+    )
+    code = _run_job(chosen.command(logs), options, hook=True, cpu_allocator_stats=True)
+    print(f"findings: {findings}\nlogs: {logs}")
+    raise typer.Exit(code)
 
 
 @app.command()

@@ -1,31 +1,17 @@
-"""A small, healthy Keras training run that logs to TensorBoard; knows nothing of driftwatch.
+"""A small, healthy Keras training run that logs to TensorBoard: the control.
 
-python examples/train_keras.py --logdir /tmp/tb --epochs 50
+It must raise no warning. Like every example, it knows nothing of driftwatch.
+
+python examples/train_keras.py [--logdir /tmp/tb] [--epochs 50] [--seconds 40]
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import time
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from typing import Any
 
 import keras
-import numpy as np
-
-
-def build_model(features: int) -> keras.Model:
-    model = keras.Sequential(
-        [
-            keras.Input((features,)),
-            keras.layers.Dense(64, activation="relu"),
-            keras.layers.Dense(64, activation="relu"),
-            keras.layers.Dense(1),
-        ]
-    )
-    model.compile(optimizer="adam", loss="mse")
-    return model
+from common import TimeBudget, arguments, logdir, mlp, regression_data
 
 
 class SlowFrom(keras.callbacks.Callback):  # type: ignore[misc]
@@ -37,15 +23,14 @@ class SlowFrom(keras.callbacks.Callback):  # type: ignore[misc]
         self.seconds = seconds
         self.steps_done = 0
 
-    def on_train_batch_end(self, batch: int, logs: dict[str, float] | None = None) -> None:
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         self.steps_done += 1
         if self.steps_done >= self.step:
             time.sleep(self.seconds)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--logdir", required=True, help="TensorBoard log directory")
+    parser = arguments(__doc__, seconds=600.0)
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--samples", type=int, default=4096)
     parser.add_argument("--batch-size", type=int, default=32)
@@ -54,15 +39,12 @@ def main() -> None:
     parser.add_argument("--slow-seconds", type=float, default=0.002)
     args = parser.parse_args()
 
-    rng = np.random.default_rng(0)
-    features = 16
-    x = rng.normal(size=(args.samples, features)).astype("float32")
-    y = (x @ rng.normal(size=(features, 1)) + 0.1 * rng.normal(size=(args.samples, 1))).astype(
-        "float32"
-    )
-    model = build_model(features)
+    x, y = regression_data(args.samples)
+    model = mlp()
+    model.compile(optimizer="adam", loss="mse")
     callbacks: list[keras.callbacks.Callback] = [
-        keras.callbacks.TensorBoard(args.logdir, update_freq=args.log_every)
+        keras.callbacks.TensorBoard(logdir(args), update_freq=args.log_every),
+        TimeBudget(args.seconds),
     ]
     if args.slow_from_step:
         callbacks.append(SlowFrom(args.slow_from_step, args.slow_seconds))

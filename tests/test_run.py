@@ -138,7 +138,9 @@ def test_the_jobs_own_sitecustomize_still_runs(tmp_path: Path) -> None:
     (tmp_path / "sitecustomize.py").write_text("import builtins; builtins.JOB_SITE = 'loaded'\n")
     job = (
         "import builtins, sys\n"
-        "print(getattr(builtins, 'JOB_SITE', 'missing'), 'driftwatch.hook.autolog' in sys.modules)"
+        "import sitecustomize\n"
+        "print(getattr(builtins, 'JOB_SITE', 'missing'), 'driftwatch.hook.autolog' in sys.modules,"
+        " sitecustomize.__file__)"
     )
     result = subprocess.run(
         [sys.executable, "-m", "driftwatch", "run", "--listen", "127.0.0.1:0", *python_job(job)],
@@ -149,7 +151,17 @@ def test_the_jobs_own_sitecustomize_still_runs(tmp_path: Path) -> None:
         env={**os.environ, "PYTHONPATH": str(tmp_path)},
     )
     assert result.returncode == 0, result.stderr
-    assert "loaded True" in result.stdout.splitlines()  # its output interleaves with ours
+    job_site = str(tmp_path / "sitecustomize.py")
+    assert f"loaded True {job_site}" in result.stdout.splitlines()  # interleaved with ours
+    assert "Error in sitecustomize" not in result.stderr
+
+
+def test_injection_without_a_sitecustomize_of_the_jobs_own_is_silent() -> None:
+    job = "import sys; print('driftwatch.hook.autolog' in sys.modules)"
+    result = run_cli("run", "--listen", "127.0.0.1:0", *python_job(job))
+    assert result.returncode == 0, result.stderr
+    assert "True" in result.stdout.splitlines()
+    assert "sitecustomize" not in result.stderr
 
 
 def test_a_missing_command_is_one_line() -> None:

@@ -1,0 +1,60 @@
+"""The bundled examples that ``driftwatch demo`` runs: real TensorFlow programs in the
+repository's ``examples/`` directory, healthy and broken, that know nothing of driftwatch.
+
+They are found next to the package, so the demo works from a clone (an editable install
+included); a wheel does not ship them.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from driftwatch.errors import UsageError
+
+EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
+DEFAULT_EXAMPLE = "slow_and_diverging"
+"""Short, with two problems: a callback that gets slower and a loss that turns NaN."""
+
+
+@dataclass(frozen=True, slots=True)
+class Example:
+    name: str
+    path: Path
+    summary: str  # the first line of its docstring
+
+    def command(self, logdir: Path) -> list[str]:
+        """The command that runs it with this Python, logging to ``logdir``."""
+        return [sys.executable, str(self.path), "--logdir", str(logdir)]
+
+
+def _load(path: Path) -> Example | None:
+    """The example in ``path``; ``None`` for a helper module (one with no ``__main__`` block)."""
+    source = path.read_text(encoding="utf-8")
+    if 'if __name__ == "__main__":' not in source:
+        return None
+    doc = ast.get_docstring(ast.parse(source, str(path))) or ""
+    return Example(path.stem, path, doc.partition("\n")[0])
+
+
+def examples(directory: Path = EXAMPLES_DIR) -> list[Example]:
+    """Every example in ``directory``, by name."""
+    if not directory.is_dir():
+        raise UsageError(
+            f"no examples at {directory}: driftwatch demo runs the examples of a source "
+            "checkout (git clone the repository and install it with pip install -e)"
+        )
+    found = (_load(path) for path in sorted(directory.glob("*.py")))
+    return [example for example in found if example is not None]
+
+
+def find_example(name: str, directory: Path = EXAMPLES_DIR) -> Example:
+    """The example called ``name`` (with or without ``.py``)."""
+    known = examples(directory)
+    for example in known:
+        if example.name == name.removesuffix(".py"):
+            return example
+    names = ", ".join(example.name for example in known)
+    raise UsageError(f"no example {name!r}; there are: {names}")

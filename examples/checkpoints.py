@@ -1,0 +1,32 @@
+"""A healthy run that saves a checkpoint every N steps: expected pauses, not a problem.
+
+Each save stops training for a moment at a regular interval. driftwatch reports it as
+information only (``periodic_stall``: period and share of wall time), and nothing else.
+
+python examples/checkpoints.py [--seconds 40] [--every 300]
+"""
+
+from __future__ import annotations
+
+import os
+
+import keras
+from common import arguments, fit, logdir, mlp, regression_data
+
+
+def main() -> None:
+    parser = arguments(__doc__)
+    parser.add_argument("--every", type=int, default=300, help="steps between checkpoints")
+    args = parser.parse_args()
+    directory = logdir(args)
+    x, y = regression_data()
+    model = mlp(width=1024)
+    model.compile(optimizer="adam", loss="mse")
+    checkpoint = keras.callbacks.ModelCheckpoint(
+        os.path.join(directory, "checkpoint.keras"), save_freq=args.every
+    )
+    fit(model, x, y, directory, args.seconds, [checkpoint])
+
+
+if __name__ == "__main__":
+    main()

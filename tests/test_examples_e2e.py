@@ -1,0 +1,144 @@
+"""Each bundled example under ``driftwatch run`` yields the finding it exists to show, and
+the healthy ones yield no warning: real TensorFlow jobs, the real monitor, real findings."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import EXAMPLES, TF_ENV
+
+pytestmark = pytest.mark.tf
+
+SECONDS = "35"
+"""How long each example trains: with TensorFlow's start-up, a test takes about a minute."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    example: str
+    kinds: frozenset[str]  # at least one of these is reported; empty: a healthy run
+    leak_class: str | None = None  # of the host_memory_drift finding
+    info: str | None = None  # a kind a healthy run reports as information
+    args: tuple[str, ...] = ("--seconds", SECONDS)
+
+    def __str__(self) -> str:
+        return self.example
+
+
+def leak(example: str, leak_class: str) -> Scenario:
+    return Scenario(example, frozenset({"host_memory_drift"}), leak_class)
+
+
+SCENARIOS = [
+    leak("retrace_python_scalar", "retracing"),
+    leak("retrace_sequence_lengths", "retracing"),
+    leak("models_in_loop", "framework_state"),
+    leak("tensors_kept_alive", "tensors_kept_alive"),
+    Scenario("image_summaries", frozenset({"event_file_unrotated", "event_file_growth"})),
+    Scenario("late_nan", frozenset({"nonfinite"}), args=()),
+    Scenario("growing_callback", frozenset({"slow_callbacks", "gradual_slowdown"})),
+]
+HEALTHY = [
+    Scenario("train_keras", frozenset(), args=("--epochs", "100000", "--seconds", SECONDS)),
+    Scenario("checkpoints", frozenset(), info="periodic_stall"),
+]
+
+
+def driftwatch(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "driftwatch", *args],
+        capture_output=True,
+        text=True,
+        timeout=150,
+        check=False,
+        env={**os.environ, **TF_ENV},
+    )
+
+
+def run_example(scenario: Scenario, tmp_path: Path) -> list[dict[str, Any]]:
+    """The findings of ``scenario`` run under ``driftwatch run``, as JSON objects."""
+    findings = tmp_path / "findings.jsonl"
+    result = driftwatch(
+        "run",
+        "--interval",
+        "1",
+        "--listen",
+        "127.0.0.1:0",
+        "--cpu-allocator-stats",
+        "--findings",
+        str(findings),
+        "--",
+        sys.executable,
+        str(EXAMPLES / f"{scenario.example}.py"),
+        "--logdir",
+        str(tmp_path),
+        *scenario.args,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return read_findings(findings)
+
+
+def read_findings(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def described(findings: list[dict[str, Any]]) -> str:
+    return "; ".join(f"[{f['severity']}] {f['kind']}: {f['evidence']}" for f in findings)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=str)
+def test_a_broken_example_is_caught(scenario: Scenario, tmp_path: Path) -> None:
+    findings = run_example(scenario, tmp_path)
+    caught = [f for f in findings if f["kind"] in scenario.kinds]
+    assert caught, f"expected one of {sorted(scenario.kinds)}, got: {described(findings)}"
+    assert all(f["severity"] in ("warning", "critical") for f in caught)
+    if scenario.leak_class is not None:
+        assert caught[0]["evidence"]["leak_class"] == scenario.leak_class, described(caught)
+
+
+@pytest.mark.parametrize("scenario", HEALTHY, ids=str)
+def test_a_healthy_example_raises_no_warning(scenario: Scenario, tmp_path: Path) -> None:
+    findings = run_example(scenario, tmp_path)
+    loud = [f for f in findings if f["severity"] != "info"]
+    assert not loud, described(loud)
+    if scenario.info is not None:
+        assert scenario.info in {f["kind"] for f in findings}, described(findings)
+
+
+def test_the_demo_shows_two_problems_with_causes_and_fixes() -> None:
+    result = driftwatch("demo", "--interval", "1")
+    assert result.returncode == 0, result.stderr[-2000:]
+    match = re.search(r"^findings: (\S+)$", result.stdout, re.MULTILINE)
+    assert match, result.stdout[-2000:]
+    findings = read_findings(Path(match.group(1)))
+    kinds = {f["kind"] for f in findings}
+    assert {"slow_callbacks", "nonfinite"} <= kinds, described(findings)
+    summary = result.stdout[result.stdout.index("findings:") :]
+    for said in ("non-finite", "log(0)", "outside the train step", "log less often"):
+        assert said in summary  # what, and what to try
+
+
+def test_demo_lists_the_examples() -> None:
+    result = driftwatch("demo", "--list")
+    assert result.returncode == 0, result.stderr
+    names = {line.split()[0] for line in result.stdout.splitlines()}
+    assert names == {s.example for s in SCENARIOS + HEALTHY} | {"slow_and_diverging"}
+    assert "common" not in names  # a helper module, not an example
+
+
+def test_demo_of_an_unknown_example_is_one_line() -> None:
+    result = driftwatch("demo", "no_such_example")
+    assert result.returncode == 1
+    assert result.stderr.startswith("driftwatch: error: no example 'no_such_example'; there are: ")
+    assert result.stderr.count("\n") == 1
