@@ -156,7 +156,8 @@ SERIES: dict[str, SeriesSpec] = {
     ),
     "tracing_count": SeriesSpec(
         "driftwatch_tf_function_traces_total",
-        "Times TensorFlow has traced the train function (retracing when it keeps rising).",
+        "Times TensorFlow traced the watched train functions again after driftwatch first "
+        "read them (retracing when it keeps rising).",
         Kind.COUNTER,
     ),
     "retracing_warnings_total": SeriesSpec(

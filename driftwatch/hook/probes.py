@@ -50,19 +50,31 @@ class TensorflowProbes:
 
     def __init__(self) -> None:
         self._devices: list[str] | None = None  # resolved on the first read
-        self._functions: list[Any] = []
+        self._functions: list[tuple[Any, int]] = []  # (tf.function, its count when first read)
 
     def watch(self, fn: Callable[..., Any]) -> None:
-        """Count the retracing of the ``tf.function`` objects behind ``fn``."""
+        """Count the retracing of the ``tf.function`` objects behind ``fn``.
+
+        Each function's traces up to the first reading are its normal first traces (Keras
+        traces a new model's train function a few times): only later ones are counted, so
+        a search that builds one model after another is not mistaken for retracing.
+        """
         for function in traced_functions(fn):
-            if all(function is not known for known in self._functions):
-                self._functions.append(function)
+            if all(function is not known for known, _ in self._functions):
+                self._functions.append((function, -1))
 
     def read(self) -> list[Reading]:
         readings = self._memory()
         if self._functions:
-            count = sum(int(f.experimental_get_tracing_count()) for f in self._functions)
-            readings.append(("tracing_count", (), float(count)))
+            counts = [int(f.experimental_get_tracing_count()) for f, _ in self._functions]
+            self._functions = [
+                (f, count if first < 0 else first)
+                for (f, first), count in zip(self._functions, counts, strict=True)
+            ]
+            retraced = sum(
+                count - first for (_, first), count in zip(self._functions, counts, strict=True)
+            )
+            readings.append(("tracing_count", (), float(retraced)))
         return readings
 
     def _memory(self) -> list[Reading]:
