@@ -203,20 +203,25 @@ class _Watched:
 class Daemon:
     """Discovers targets, keeps one ``Monitor`` each, and publishes their snapshots.
 
-    ``load`` reads the configuration (called again on ``reload``); ``scan`` lists the
-    process table; ``clock`` stamps samples; ``on_finding`` gets each run's findings.
+    ``load`` reads the configuration (called again on ``reload``); ``directories`` says
+    where to look for channels; ``scan`` lists the process table; ``clock`` stamps samples;
+    ``on_finding`` gets each run's findings.
     """
 
     def __init__(
         self,
         load: Callable[[], Config],
         *,
+        directories: Callable[[Config], list[Path]] = lambda config: channel_dirs(
+            config.channel_dirs
+        ),
         scan: ProcessScan = scan_processes,
         clock: Callable[[], float] = time.time,
         on_finding: Callable[[str, Finding], None] = lambda run, finding: None,
     ) -> None:
         self._load = load
         self.config = load()
+        self._directories = directories
         self._scan = scan
         self._clock = clock
         self._on_finding = on_finding
@@ -262,7 +267,7 @@ class Daemon:
         self.snapshots = tuple(w.monitor.snapshot for w in self._watched.values())
 
     def _discover_channels(self) -> None:
-        for directory in channel_dirs(self.config.channel_dirs):
+        for directory in self._directories(self.config):
             if not os.path.lexists(directory):
                 continue
             try:
