@@ -246,12 +246,10 @@ class Daemon:
 
     def tick(self) -> None:
         """Discover new targets, sample every target, drop the ended ones, publish."""
+        self._discover_channels()  # first: a hooked process is named by its hook
         if self._ticks % SCAN_EVERY_TICKS == 0:
             self._forget_exited()
-            self._discover_channels()
             self._scan_processes()
-        else:
-            self._discover_channels()
         self._ticks += 1
         for key, watched in list(self._watched.items()):
             try:
