@@ -203,8 +203,12 @@ def _meta_path(path: Path) -> Path:
     return path.with_suffix(META_SUFFIX)
 
 
-def remove_channel(path: Path) -> None:
-    """Remove a channel and its metadata, e.g. once its writer has exited; logs failures."""
+def remove_channel(path: Path) -> bool:
+    """Remove a channel and its metadata, e.g. once its writer has exited; logs failures.
+
+    Returns whether both are gone.
+    """
+    removed = True
     for part in (path, _meta_path(path)):
         try:
             os.unlink(part)
@@ -212,6 +216,8 @@ def remove_channel(path: Path) -> None:
             pass
         except OSError as err:
             log.warning("driftwatch: cannot remove %s: %s", part, err)
+            removed = False
+    return removed
 
 
 def read_meta(path: Path) -> dict[str, object]:
@@ -403,8 +409,12 @@ class ChannelReader:
         self._next = max(1, self._head() - capacity + 1)  # seq of the next record to return
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str]) -> ChannelReader:
-        """Map the channel file ``path`` read-only, after checking it is a safe, valid channel."""
+    def open(cls, path: str | os.PathLike[str], owner: int | None = None) -> ChannelReader:
+        """Map the channel file ``path`` read-only, after checking it is a safe, valid channel.
+
+        The file must belong to ``owner`` (the uid of its writer's process), by default to
+        this user unless root.
+        """
         path = Path(path)
         _require_little_endian()
         try:
@@ -420,10 +430,11 @@ class ChannelReader:
             if not stat.S_ISREG(info.st_mode):
                 raise ChannelError(f"{path} is not a regular file")
             euid = os.geteuid()
-            if euid != 0 and info.st_uid != euid:
+            expected = owner if owner is not None else None if euid == 0 else euid
+            if expected is not None and info.st_uid != expected:
                 raise ChannelError(
-                    f"channel file {path} is owned by uid {info.st_uid}, not by this user "
-                    f"(uid {euid}); refusing it"
+                    f"channel file {path} is owned by uid {info.st_uid}, not by uid "
+                    f"{expected}; refusing it"
                 )
             if info.st_size < HEADER_SIZE:
                 raise ChannelError(f"{path} is not a driftwatch channel (too short)")

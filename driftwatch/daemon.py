@@ -40,7 +40,6 @@ from driftwatch.channel import (
     list_channels,
     read_meta,
     remove_channel,
-    runtime_dir,
 )
 from driftwatch.detect.catalog import default_engine
 from driftwatch.errors import TargetAccessDenied, TargetError, TargetGone, UsageError
@@ -159,22 +158,16 @@ def load_config(
     )
 
 
-def channel_dirs(
-    extra: Sequence[Path], environ: dict[str, str] | None = None, euid: int | None = None
-) -> list[Path]:
+def channel_dirs(extra: Sequence[Path], environ: dict[str, str] | None = None) -> list[Path]:
     """Where hooked processes keep their channels: ``extra``, ``$DRIFTWATCH_RUNTIME_DIR``,
-    and the default runtime directories of this user, or of every user when root."""
+    and every user's default runtime directories (``/tmp/driftwatch-UID``,
+    ``/run/user/UID/driftwatch``)."""
     environ = dict(os.environ) if environ is None else environ
-    euid = os.geteuid() if euid is None else euid
     found = [*extra]
     if environ.get("DRIFTWATCH_RUNTIME_DIR"):
         found.append(Path(environ["DRIFTWATCH_RUNTIME_DIR"]))
-    if euid == 0:
-        found += map(Path, sorted(glob.glob("/tmp/driftwatch-[0-9]*")))
-        found += map(Path, sorted(glob.glob("/run/user/[0-9]*/driftwatch")))
-    else:
-        found.append(runtime_dir({}, euid))
-        found.append(Path(f"/run/user/{euid}/driftwatch"))
+    found += map(Path, sorted(glob.glob("/tmp/driftwatch-[0-9]*")))
+    found += map(Path, sorted(glob.glob("/run/user/[0-9]*/driftwatch")))
     return list(dict.fromkeys(found))
 
 
@@ -230,6 +223,7 @@ class Daemon:
         self._skipped: set[Key] = set()  # refused or unreadable: logged once, not retried
         self._unsafe_dirs: set[Path] = set()  # logged once while they stay unsafe
         self._waiting: set[Key] = set()  # channels whose metadata was not written yet
+        self._litter: dict[Key, Path] = {}  # channels of exited processes we cannot remove
         self._ticks = 0
         self._wake = threading.Event()
         self._stop_requested = False
@@ -257,7 +251,7 @@ class Daemon:
             except TargetGone as gone:
                 self._drop(key, str(gone))
                 if watched.channel is not None:
-                    self._sweep(watched.channel)
+                    self._sweep(key, watched.channel)
             except Exception as err:  # one target's failure must not stop the others
                 log.exception("monitoring %s failed", watched.monitor.run)
                 self._skipped.add(key)
@@ -266,7 +260,9 @@ class Daemon:
 
     def _discover_channels(self) -> None:
         for directory in self._directories(self.config):
-            if not os.path.lexists(directory):
+            # Other users' directories are closed to a daemon without root or
+            # CAP_DAC_READ_SEARCH: that is expected, not worth a line.
+            if not os.access(directory, os.R_OK | os.X_OK, effective_ids=True):
                 continue
             try:
                 owner = check_private_dir(directory)
@@ -279,7 +275,11 @@ class Daemon:
             self._unsafe_dirs.discard(directory)
             for pid, create_time, path in channels:
                 key = _key(pid, create_time)
-                if key not in self._watched and key not in self._skipped:
+                if (
+                    key not in self._watched
+                    and key not in self._skipped
+                    and key not in self._litter
+                ):
                     self._adopt_channel(key, path, owner)
 
     def _adopt_channel(self, key: Key, path: Path, directory_owner: int) -> None:
@@ -289,7 +289,7 @@ class Daemon:
             target = Target.attach(key[0])
             file_owner = os.lstat(path).st_uid
         except TargetGone:
-            self._sweep(path)
+            self._sweep(key, path)
             return
         except TargetAccessDenied as err:
             self._skip(key, str(err))
@@ -297,7 +297,7 @@ class Daemon:
         except FileNotFoundError:  # removed since it was listed
             return
         if _key(target.pid, target.info.create_time) != key:  # the PID was reused since
-            self._sweep(path)
+            self._sweep(key, path)
             return
         if not file_owner == directory_owner == target.info.uid:
             self._skip(
@@ -316,9 +316,11 @@ class Daemon:
         self._start(key, target, run if isinstance(run, str) else None, path, f"its channel {path}")
 
     def _forget_exited(self) -> None:
-        """Forget the processes refused or waited for that have exited since."""
+        """Forget the processes refused or waited for that have exited since, and the
+        channels we could not remove that someone else did."""
         self._skipped = {key for key in self._skipped if psutil.pid_exists(key[0])}
         self._waiting = {key for key in self._waiting if psutil.pid_exists(key[0])}
+        self._litter = {key: p for key, p in self._litter.items() if os.path.lexists(p)}
 
     def _scan_processes(self) -> None:
         if not self.config.rules:
@@ -392,10 +394,15 @@ class Daemon:
         watched.monitor.close()
         log.info("stopped watching %s (pid %d): %s", watched.monitor.run, key[0], reason)
 
-    def _sweep(self, path: Path) -> None:
-        """Remove the channel of a process that has exited: nobody will write it again."""
-        remove_channel(path)
-        log.info("removed %s: its process has exited", path)
+    def _sweep(self, key: Key, path: Path) -> None:
+        """Remove the channel of a process that has exited: nobody will write it again.
+
+        One that cannot be removed (e.g. a read-only mount) is logged once and left alone.
+        """
+        if remove_channel(path):
+            log.info("removed %s: its process has exited", path)
+        else:
+            self._litter[key] = path
 
     def _skip(self, key: Key, reason: str) -> None:
         self._skipped.add(key)

@@ -42,7 +42,7 @@ def default_sources(
     """
     if channel_dir is None:
         channel_dir = runtime_dir(target.environ(), target.info.uid)
-    hook = HookSource(channel_dir, target.pid, target.info.create_time)
+    hook = HookSource(channel_dir, target.pid, target.info.create_time, target.info.uid)
     return [
         ProcessSource(target),  # first: it notices a reused PID before the others read
         hook,

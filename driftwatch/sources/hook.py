@@ -21,8 +21,11 @@ class HookSource:
 
     name = "hook"
 
-    def __init__(self, directory: Path, pid: int, create_time: float) -> None:
+    def __init__(
+        self, directory: Path, pid: int, create_time: float, owner: int | None = None
+    ) -> None:
         self._directory = directory
+        self._owner = owner  # the uid the channel file must belong to
         self._pid = pid
         self._create_time = create_time
         self._reader: ChannelReader | None = None
@@ -63,7 +66,7 @@ class HookSource:
         if path is None:
             return None
         try:
-            self._reader = ChannelReader.open(path)
+            self._reader = ChannelReader.open(path, self._owner)
         except ChannelError as err:
             log.warning("cannot read the hook's channel: %s", err)
             return None
