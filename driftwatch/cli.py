@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import ssl
 import sys
 import threading
 import time
@@ -27,7 +28,13 @@ from driftwatch.daemon import Daemon, handling_signals, load_config
 from driftwatch.detect.catalog import default_engine
 from driftwatch.doctor import run_checks
 from driftwatch.errors import DriftwatchError, TargetGone, UsageError
-from driftwatch.export.http import DEFAULT_HOST, DEFAULT_PORT, MetricsServer, parse_listen
+from driftwatch.export.http import (
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    MetricsServer,
+    TlsConfig,
+    parse_listen,
+)
 from driftwatch.export.prometheus import metrics_app
 from driftwatch.findings import Finding
 from driftwatch.launch import StderrPump, child_environment, exit_code, forwarding_signals, launch
@@ -105,6 +112,7 @@ class WatchOptions:
     logdirs: list[Path]
     findings: Path | None
     run: str | None
+    tls: ssl.SSLContext | None  # checked: its files load
 
     @classmethod
     def parse(
@@ -114,11 +122,30 @@ class WatchOptions:
         logdirs: list[Path] | None,
         findings: Path | None,
         run: str | None,
+        tls: tuple[Path | None, Path | None, Path | None],
     ) -> WatchOptions:
         host, port = parse_listen(listen)
         return cls(
-            check_interval(interval), host, port, _check_logdirs(logdirs or []), findings, run
+            check_interval(interval),
+            host,
+            port,
+            _check_logdirs(logdirs or []),
+            findings,
+            run,
+            _tls_context(*tls),
         )
+
+
+def _tls_context(
+    cert: Path | None, key: Path | None, client_ca: Path | None
+) -> ssl.SSLContext | None:
+    if cert is None and key is None:
+        if client_ca is not None:
+            raise UsageError("--tls-client-ca needs --tls-cert and --tls-key")
+        return None
+    if cert is None or key is None:
+        raise UsageError("--tls-cert and --tls-key go together: give both")
+    return TlsConfig(cert, key, client_ca).context()
 
 
 def _watch(
@@ -154,6 +181,7 @@ def _watch(
             options.host,
             options.port,
             f"watching {run_name}",
+            options.tls,
         )
         stack.callback(server.close)
         print(
@@ -186,6 +214,14 @@ FindingsOption = Annotated[
 RunOption = Annotated[
     str | None, typer.Option(help="Run name for labels (default: the script's name).")
 ]
+TlsCertOption = Annotated[
+    Path | None, typer.Option(help="Serve /metrics over HTTPS with this PEM certificate (chain).")
+]
+TlsKeyOption = Annotated[Path | None, typer.Option(help="The PEM private key of --tls-cert.")]
+TlsClientCaOption = Annotated[
+    Path | None,
+    typer.Option(help="Require scrapers' client certificates signed by this CA (file or dir)."),
+]
 DEFAULT_LISTEN = f"{DEFAULT_HOST}:{DEFAULT_PORT}"
 
 
@@ -197,9 +233,13 @@ def attach(
     logdir: LogdirOption = None,
     findings: FindingsOption = None,
     run: RunOption = None,
+    tls_cert: TlsCertOption = None,
+    tls_key: TlsKeyOption = None,
+    tls_client_ca: TlsClientCaOption = None,
 ) -> None:
     """Watch a running process that was started without driftwatch."""
-    options = WatchOptions.parse(interval, listen, logdir, findings, run)
+    tls = (tls_cert, tls_key, tls_client_ca)
+    options = WatchOptions.parse(interval, listen, logdir, findings, run, tls)
     target = Target.attach(pid)
     run_name = options.run or default_run_name(list(target.info.command), target.info.name)
     stop = threading.Event()
@@ -219,6 +259,9 @@ def run(
     logdir: LogdirOption = None,
     findings: FindingsOption = None,
     run: RunOption = None,
+    tls_cert: TlsCertOption = None,
+    tls_key: TlsKeyOption = None,
+    tls_client_ca: TlsClientCaOption = None,
     hook: Annotated[
         bool, typer.Option(help="Inject the in-process hook into Keras's fit (no code change).")
     ] = True,
@@ -231,7 +274,8 @@ def run(
     ] = False,
 ) -> None:
     """Run a training command under driftwatch, with the hook injected; exit with its code."""
-    options = WatchOptions.parse(interval, listen, logdir, findings, run)
+    tls = (tls_cert, tls_key, tls_client_ca)
+    options = WatchOptions.parse(interval, listen, logdir, findings, run, tls)
     run_name = options.run or default_run_name(command, Path(command[0]).name)
     env = child_environment(dict(os.environ), hook, run_name)
     if cpu_allocator_stats:

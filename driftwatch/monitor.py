@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from driftwatch.detect import Engine
 from driftwatch.errors import SourceUnavailable, TargetGone, UsageError
 from driftwatch.findings import Finding
-from driftwatch.series import SERIES, Export, SeriesKey
+from driftwatch.series import SERIES, Export, LabelSetLimit, SeriesKey
 from driftwatch.sources import Source
 from driftwatch.store import Store
 from driftwatch.target import TargetInfo
@@ -77,6 +77,7 @@ class Monitor:
         self.target = target
         self.store = store if store is not None else Store()
         self._sources = list(sources)
+        self._label_sets = LabelSetLimit()
         self._down: dict[str, str] = {}
         self._engine = engine if engine is not None else Engine([])
         self._clock = clock
@@ -101,6 +102,7 @@ class Monitor:
                 log.exception("source %s failed", source.name)
                 self._disable(source, f"internal error: {err!r}")
             else:
+                samples = self._label_sets.admit(samples)
                 self.store.extend(samples)
                 for sample in samples:
                     self._engine.observe(sample)

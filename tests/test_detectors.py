@@ -272,3 +272,84 @@ def test_a_fast_growing_unrotated_event_file_and_a_rotated_one() -> None:
         Sample("event_file_largest_bytes", (i % 20) * 10 * rate, T0 + 10 * i) for i in range(90)
     ]
     assert feed(UnrotatedEventFileDetector(), rotated).findings == ()
+
+
+def test_slowdown_ignores_a_long_small_excess_and_reports_once_it_matters() -> None:
+    """A lasting +6 % (a slow healthy wander) makes the CUSUM sum grow past its threshold,
+    yet is not worth a warning; +12 % is."""
+    rng = np.random.default_rng(6)
+
+    def calm(count: int, base: float) -> np.ndarray:
+        return base * rng.lognormal(0, 0.05, count)
+
+    base, wander = calm(5000, 0.05), calm(40_000, 0.05 * 1.06)
+    detector = SlowdownDetector()
+    assert alarms(feed(detector, steps(np.concatenate([base, wander])))) == []
+    assert detector.evaluate(T0).score > 1  # the sum is past h: only the ratio holds it back
+    slower = calm(3000, 0.05 * 1.12)
+    evaluation = feed(SlowdownDetector(), steps(np.concatenate([base, wander, slower])))
+    assert alarms(evaluation) == ["abrupt_slowdown"]
+
+
+def test_memory_trends_are_judged_on_floors_not_on_spikes() -> None:
+    """Probes that land mid-step (+512 MiB a third of the time, more often lately) lift
+    window means but not floors: no drift."""
+    rng = np.random.default_rng(5)
+    samples = []
+    for i in range(8 * 360):
+        share = 0.1 if i < 4 * 360 else 0.5
+        spike = 512 * MIB if rng.random() < share else 0.0
+        samples.append(Sample("tf_allocator_current_bytes", 6 * GIB + spike, T0 + 10 * i))
+    detector = MemoryDriftDetector(
+        "tf_allocator_current_bytes", "tf_memory_drift", "TF memory", None
+    )
+    assert alarms(feed(detector, samples)) == []
+
+
+def test_warm_up_that_levels_off_is_not_urgent_but_a_steady_climb_is() -> None:
+    """Both rise at 20 GiB/h at 10 minutes in, towards a 16 GiB limit 12 GiB away; only
+    the one that keeps its pace would reach it within the hour."""
+    limit = [Sample("memory_limit_bytes", 16.0 * GIB, T0)]
+    tau = 1200.0
+    levelling = [
+        Sample("rss_bytes", 4 * GIB + 20 * GIB / 3600 * tau * -math.expm1(-i / tau), T0 + i)
+        for i in range(0, 1500, 5)
+    ]
+    assert alarms(feed(HostMemoryDetector(), limit + levelling)) == []
+    steady = [Sample("rss_bytes", 4 * GIB + 20 * GIB / 3600 * i, T0 + i) for i in range(0, 600, 5)]
+    (finding,) = feed(HostMemoryDetector(), limit + steady).findings
+    assert finding.severity is Severity.CRITICAL
+
+
+def test_leak_class_in_a_short_run_and_from_retracing_warnings() -> None:
+    """Seconds into a run, TF memory probed every 2 s rising with RSS means tensors kept
+    alive; without the hook's tracing count, TF's retracing warnings tell retracing."""
+
+    def short_leak(extra: str) -> str:
+        samples = [Sample("memory_limit_bytes", 8.0 * GIB, T0)]
+        for i in range(80):
+            t = T0 + i * 0.5
+            samples.append(Sample("rss_bytes", GIB + i * 0.5 * 10 * MIB, t))
+            if i % 4 == 0:
+                tf = 100 * MIB + (i * 0.5 * 8 * MIB if extra == "tensors" else 0.0)
+                samples.append(Sample("tf_allocator_current_bytes", tf, t, (("device", "CPU:0"),)))
+            if extra == "warnings" and i % 20 == 0:
+                samples.append(Sample("retracing_warnings_total", float(i // 20), t))
+        (finding,) = feed(HostMemoryDetector(), samples).findings
+        return str(finding.evidence["leak_class"])
+
+    assert short_leak("tensors") == "tensors_kept_alive"
+    assert short_leak("warnings") == "retracing"
+    assert short_leak("flat") == "framework_state"
+
+
+def test_unrotated_event_file_in_seconds_and_not_from_one_burst() -> None:
+    rate = 6 * GIB / 3600  # image summaries every step
+    fast = [Sample("event_file_largest_bytes", i * rate, T0 + i) for i in range(40)]
+    (finding,) = feed(UnrotatedEventFileDetector(), fast).findings
+    assert finding.since < T0 + 10
+    burst = [
+        Sample("event_file_largest_bytes", 1000.0 * i + (8 * MIB if i >= 20 else 0.0), T0 + i)
+        for i in range(40)
+    ]
+    assert feed(UnrotatedEventFileDetector(), burst).findings == ()

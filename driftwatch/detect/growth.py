@@ -9,7 +9,6 @@ import numpy as np
 
 from driftwatch.detect import Detector, Evaluation
 from driftwatch.detect.memory import WindowMeans
-from driftwatch.detect.stats import theil_sen
 from driftwatch.findings import Finding, Severity
 from driftwatch.series import Sample
 from driftwatch.units import clock, human_bytes, human_seconds
@@ -107,7 +106,13 @@ class PerStepGrowthDetector:
 
 
 class UnrotatedEventFileDetector:
-    """A single event file growing fast and without end: TensorBoard never rotates them."""
+    """A single event file growing fast and without end: TensorBoard never rotates them.
+
+    Judged at two scales, so a 40-second run and a week-long one are both covered: 5-second
+    windows over half a minute and 1-minute windows over up to 16 minutes. The rate is the
+    lower quartile of the window-to-window growth, so an epoch's burst of summaries cannot
+    pass for steady growth; any shrinking means the file was rotated or replaced.
+    """
 
     name = "event_file_unrotated"
     series = frozenset({"event_file_largest_bytes"})
@@ -115,47 +120,53 @@ class UnrotatedEventFileDetector:
     def __init__(
         self,
         rate_threshold: float = 100 * MIB / 3600,
-        width: float = 60.0,
-        min_points: int = 5,
+        scales: tuple[tuple[float, int], ...] = ((5.0, 6), (60.0, 5)),
         horizon: float = 24 * 3600.0,
     ) -> None:
         self.rate_threshold = rate_threshold
-        self.min_points = min_points
         self.horizon = horizon
-        self._sizes = WindowMeans(width, 16)
-        self._evaluated: tuple[int, Evaluation] | None = None
+        self._scales = [(WindowMeans(width, 16), min_points) for width, min_points in scales]
+        self._evaluated: dict[float, tuple[int, Evaluation]] = {}
 
     def observe(self, sample: Sample) -> None:
-        self._sizes.add(sample.t, sample.value)
+        for sizes, _ in self._scales:
+            sizes.add(sample.t, sample.value)
 
     def evaluate(self, now: float) -> Evaluation:
-        """Recomputed only when a window has closed since the last call."""
-        if self._evaluated is None or self._evaluated[0] != self._sizes.version:
-            self._evaluated = (self._sizes.version, self._evaluate())
-        return self._evaluated[1]
+        """The scale with the most evidence; each recomputed only when a window closes."""
+        evaluations = []
+        for sizes, min_points in self._scales:
+            cached = self._evaluated.get(sizes.width)
+            if cached is None or cached[0] != sizes.version:
+                cached = self._evaluated[sizes.width] = (
+                    sizes.version,
+                    self._evaluate(list(sizes.means), min_points),
+                )
+            evaluations.append(cached[1])
+        return max(evaluations, key=lambda e: e.score)
 
-    def _evaluate(self) -> Evaluation:
-        means = list(self._sizes.means)
-        if len(means) < self.min_points:
+    def _evaluate(self, means: list[tuple[float, float]], min_points: int) -> Evaluation:
+        if len(means) < min_points:
             return Evaluation(0.0)
         times = np.array([t for t, _ in means])
         sizes = np.array([s for _, s in means])
-        if np.any(np.diff(sizes) < 0):  # the largest file shrank: rotated or deleted
+        growth = np.diff(sizes)
+        if np.any(growth < 0):  # the largest file shrank: rotated or deleted
             return Evaluation(0.0)
-        slope, _ = theil_sen(times, sizes)
-        score = slope / self.rate_threshold if math.isfinite(slope) else 0.0
+        rate = float(np.quantile(growth / np.diff(times), 0.25))
+        score = rate / self.rate_threshold
         if score < 1:
             return Evaluation(max(score, 0.0))
-        projected = sizes[-1] + slope * self.horizon
+        projected = sizes[-1] + rate * self.horizon
         message = (
-            f"one TensorBoard event file grows by {human_bytes(slope * 3600)}/h "
+            f"one TensorBoard event file grows by {human_bytes(rate * 3600)}/h "
             f"(now {human_bytes(float(sizes[-1]))}); in {human_seconds(self.horizon)} it will "
             f"be {human_bytes(projected)}. Summaries written every step (images, histograms, "
             "text) grow without bound: log them every N steps (update_freq, "
             "tf.summary.record_if) or write heavy summaries to their own directory."
         )
         evidence = {
-            "bytes_per_hour": slope * 3600,
+            "bytes_per_hour": rate * 3600,
             "size_bytes": float(sizes[-1]),
             "projected_bytes": float(projected),
         }

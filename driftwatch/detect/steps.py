@@ -26,6 +26,11 @@ from driftwatch.units import clock, human_seconds
 
 WORTH_REPORTING = 1.10
 """The smallest sustained slowdown worth a warning: 10 %."""
+LEAST_REPORTED = 1.075
+"""The CUSUM may sum up a long, smaller excess (a slow healthy wander of a few percent): it
+reports only once the recent blocks are this much slower than the baseline."""
+RECENT_BLOCKS = 5
+"""Blocks whose median is the current ratio."""
 
 
 class SlowdownDetector:
@@ -88,9 +93,13 @@ class SlowdownDetector:
         self._cusum.update(min(ratio, self._cusum.h / 2), t)
         self._recent.append((t, ratio))
         if self._cusum.alarm:
-            self._active = True
+            self._active = self._active or self._current_ratio() >= LEAST_REPORTED
         elif self._cusum.value < self._cusum.h / 3:
             self._active = False
+
+    def _current_ratio(self) -> float:
+        recent = [x for _, x in list(self._recent)[-RECENT_BLOCKS:]]
+        return math.exp(float(np.median(recent)))
 
     def _rebaseline(self) -> None:
         levels = np.array(self._baseline_blocks)
@@ -104,8 +113,7 @@ class SlowdownDetector:
         onset = self._cusum.onset_t
         if not self._active or onset is None:
             return Evaluation(score)
-        latest = float(np.median([x for _, x in list(self._recent)[-5:]]))
-        ratio = math.exp(latest)
+        ratio = self._current_ratio()
         times = np.array([t for t, _ in self._recent if t >= onset])
         levels = np.array([x for t, x in self._recent if t >= onset])
         slope, _ = theil_sen(times, levels)
