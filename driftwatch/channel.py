@@ -124,9 +124,9 @@ def runtime_dir(environ: Mapping[str, str] | None = None, uid: int | None = None
 def ensure_private_dir(path: str | os.PathLike[str]) -> Path:
     """Create ``path`` (mode 0700) if needed and check that only this user can get into it.
 
-    Refuses a symlink, a directory of another user, or one that group or others can enter:
-    anyone who can write there could plant or swap a channel file; likewise one whose parent
-    anyone may write to without the sticky bit, where it could be swapped as a whole.
+    Refuses what ``check_private_dir`` refuses, and a directory whose parent anyone may
+    write to without the sticky bit, where it could be swapped as a whole: anyone else who
+    can write there could plant or swap a channel file.
     """
     directory = Path(path)
     try:
@@ -137,9 +137,22 @@ def ensure_private_dir(path: str | os.PathLike[str]) -> Path:
             os.chmod(directory, 0o700)  # the umask may have removed owner bits
         except FileExistsError:
             pass
-        info = os.lstat(directory)
     except OSError as err:
         raise ChannelError(f"cannot create the channel directory {directory}: {err}") from err
+    check_private_dir(directory, os.geteuid())
+    return directory
+
+
+def check_private_dir(directory: Path, uid: int | None = None) -> int:
+    """Check that ``directory`` is a real directory only its owner can enter; its owner's uid.
+
+    Refuses a symlink, a directory of another user than ``uid`` (when given), or one that
+    group or others can enter.
+    """
+    try:
+        info = os.lstat(directory)
+    except OSError as err:
+        raise ChannelError(f"cannot read the channel directory {directory}: {err}") from err
     if stat.S_ISLNK(info.st_mode):
         raise ChannelError(
             f"channel directory {directory} is a symbolic link; remove it or point "
@@ -147,17 +160,17 @@ def ensure_private_dir(path: str | os.PathLike[str]) -> Path:
         )
     if not stat.S_ISDIR(info.st_mode):
         raise ChannelError(f"channel directory {directory} exists but is not a directory")
-    if info.st_uid != os.geteuid():
+    if uid is not None and info.st_uid != uid:
         raise ChannelError(
             f"channel directory {directory} belongs to uid {info.st_uid}, not to this user "
-            f"(uid {os.geteuid()}); remove it or set DRIFTWATCH_RUNTIME_DIR"
+            f"(uid {uid}); remove it or set DRIFTWATCH_RUNTIME_DIR"
         )
     if info.st_mode & 0o077:
         raise ChannelError(
             f"channel directory {directory} is open to other users "
             f"(mode {stat.S_IMODE(info.st_mode):04o}); run: chmod 700 {directory}"
         )
-    return directory
+    return info.st_uid
 
 
 def _refuse_open_directory(directory: Path) -> None:
@@ -207,8 +220,12 @@ def _meta_path(path: Path) -> Path:
     return path.with_suffix(META_SUFFIX)
 
 
-def remove_channel(path: Path) -> None:
-    """Remove a channel and its metadata, e.g. once its writer has exited; logs failures."""
+def remove_channel(path: Path) -> bool:
+    """Remove a channel and its metadata, e.g. once its writer has exited; logs failures.
+
+    Returns whether both are gone.
+    """
+    removed = True
     for part in (path, _meta_path(path)):
         try:
             os.unlink(part)
@@ -216,6 +233,26 @@ def remove_channel(path: Path) -> None:
             pass
         except OSError as err:
             log.warning("driftwatch: cannot remove %s: %s", part, err)
+            removed = False
+    return removed
+
+
+def read_meta(path: Path) -> dict[str, object]:
+    """The metadata sidecar of the channel file ``path``; empty if missing or malformed."""
+    meta_path = _meta_path(path)
+    try:
+        with open(meta_path, "rb") as file:
+            text = file.read(MAX_META_BYTES + 1)
+        if len(text) > MAX_META_BYTES:
+            raise ValueError(f"larger than {MAX_META_BYTES} bytes")
+        meta = json.loads(text)
+    except (OSError, ValueError) as err:
+        log.debug("no usable channel metadata in %s: %s", meta_path, err)
+        return {}
+    if not isinstance(meta, dict):
+        log.debug("channel metadata in %s is not an object", meta_path)
+        return {}
+    return meta
 
 
 class ChannelWriter:
@@ -486,20 +523,7 @@ class ChannelReader:
 
     def meta(self) -> dict[str, object]:
         """The writer's metadata sidecar; empty if missing or malformed."""
-        meta_path = _meta_path(self.path)
-        try:
-            with open(meta_path, "rb") as file:
-                text = file.read(MAX_META_BYTES + 1)
-            if len(text) > MAX_META_BYTES:
-                raise ValueError(f"larger than {MAX_META_BYTES} bytes")
-            meta = json.loads(text)
-        except (OSError, ValueError) as err:
-            log.debug("no usable channel metadata in %s: %s", meta_path, err)
-            return {}
-        if not isinstance(meta, dict):
-            log.debug("channel metadata in %s is not an object", meta_path)
-            return {}
-        return meta
+        return read_meta(self.path)
 
     def close(self) -> None:
         self._words.release()

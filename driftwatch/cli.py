@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
 import os
 import signal
 import ssl
@@ -14,6 +13,7 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from types import FrameType
 from typing import Annotated, TextIO
@@ -25,6 +25,7 @@ from rich.live import Live
 from driftwatch import __version__, bundle
 from driftwatch.analyze import analyze as analyze_path
 from driftwatch.channel import channel_path, remove_channel, runtime_dir
+from driftwatch.daemon import Daemon, handling_signals, load_config
 from driftwatch.demo import DEFAULT_EXAMPLE, examples, find_example
 from driftwatch.detect.catalog import default_engine
 from driftwatch.doctor import run_checks
@@ -39,12 +40,8 @@ from driftwatch.export.http import (
 from driftwatch.export.prometheus import metrics_app
 from driftwatch.findings import Finding
 from driftwatch.launch import StderrPump, child_environment, exit_code, forwarding_signals, launch
-from driftwatch.monitor import Monitor, Snapshot, watch
-from driftwatch.sources import Source
-from driftwatch.sources.eventfiles import EventFileSource
-from driftwatch.sources.hook import HookSource
-from driftwatch.sources.nvml import NvmlSource
-from driftwatch.sources.process import ProcessSource
+from driftwatch.monitor import Monitor, Snapshot, check_interval, watch
+from driftwatch.sources import Source, default_sources
 from driftwatch.target import Target, default_run_name
 from driftwatch.view import live_table, plain_line, summary
 
@@ -57,7 +54,6 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
-MIN_INTERVAL, MAX_INTERVAL = 0.05, 3600.0
 EXIT_INTERRUPTED = 130
 
 
@@ -75,14 +71,6 @@ def _root(
     ] = False,
 ) -> None:
     """Watch long TensorFlow/Keras training runs and say early when they drift."""
-
-
-def _check_interval(interval: float) -> float:
-    if not math.isfinite(interval) or not MIN_INTERVAL <= interval <= MAX_INTERVAL:
-        raise UsageError(
-            f"--interval {interval}: must be between {MIN_INTERVAL} and {MAX_INTERVAL:.0f} seconds"
-        )
-    return interval
 
 
 def _check_logdirs(logdirs: list[Path]) -> list[Path]:
@@ -140,7 +128,7 @@ class WatchOptions:
     ) -> WatchOptions:
         host, port = parse_listen(listen)
         return cls(
-            _check_interval(interval),
+            check_interval(interval),
             host,
             port,
             _check_logdirs(logdirs or []),
@@ -160,18 +148,6 @@ def _tls_context(
     if cert is None or key is None:
         raise UsageError("--tls-cert and --tls-key go together: give both")
     return TlsConfig(cert, key, client_ca).context()
-
-
-def _sources(target: Target, logdirs: list[Path]) -> list[Source]:
-    """Every source for one target; the hook's steps, when it has one, beat event files'."""
-    uid = target.info.uid
-    hook = HookSource(runtime_dir(target.environ(), uid), target.pid, target.info.create_time, uid)
-    return [
-        ProcessSource(target),  # first: it notices a reused PID before the others read
-        hook,
-        EventFileSource(logdirs, target.open_paths, track_steps=lambda: not hook.connected),
-        NvmlSource(target.pid),
-    ]
 
 
 def _watch(
@@ -198,7 +174,7 @@ def _watch(
         monitor = Monitor(
             run_name,
             target.info,
-            _sources(target, options.logdirs) + extra_sources,
+            default_sources(target, options.logdirs) + extra_sources,
             default_engine(),
             on_finding=report,
         )
@@ -361,6 +337,47 @@ def demo(
     code = _run_job(chosen.command(logs), options, hook=True, cpu_allocator_stats=True)
     print(f"findings: {findings}\nlogs: {logs}")
     raise typer.Exit(code)
+
+
+@app.command()
+def daemon(
+    match: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Also watch processes whose command line this regular expression finds "
+            "(repeatable)."
+        ),
+    ] = None,
+    config: Annotated[
+        Path | None, typer.Option(help="TOML configuration file; SIGHUP re-reads it.")
+    ] = None,
+    interval: Annotated[
+        float | None,
+        typer.Option(help="Seconds between samples [default: the configuration's, else 2]."),
+    ] = None,
+    listen: ListenOption = DEFAULT_LISTEN,
+    findings: FindingsOption = None,
+) -> None:
+    """Watch every hooked process on this machine, and those --match finds, on one /metrics."""
+    host, port = parse_listen(listen)
+    logging.getLogger("driftwatch.daemon").setLevel(logging.INFO)
+    with ExitStack() as stack:
+        findings_file = stack.enter_context(_open_findings(findings)) if findings else None
+
+        def report(run: str, finding: Finding) -> None:
+            if findings_file is not None:
+                findings_file.write(finding.to_json(run) + "\n")
+
+        node = Daemon(partial(load_config, config, match or [], interval), on_finding=report)
+        server = MetricsServer(
+            metrics_app(lambda: node.snapshots), host, port, "watching this machine's runs"
+        )
+        stack.callback(server.close)
+        print(f"driftwatch: daemon started; metrics at {server.url}", file=sys.stderr)
+        with handling_signals(node) as received:
+            node.run()
+    if received and received[0] == signal.SIGINT:
+        raise typer.Exit(EXIT_INTERRUPTED)
 
 
 @app.command()

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from driftwatch.detect import Engine
-from driftwatch.errors import SourceUnavailable, TargetGone
+from driftwatch.errors import SourceUnavailable, TargetGone, UsageError
 from driftwatch.findings import Finding
 from driftwatch.series import SERIES, Export, LabelSetLimit, SeriesKey
 from driftwatch.sources import Source
@@ -26,6 +26,17 @@ log = logging.getLogger(__name__)
 
 RECENT_WINDOW = 50
 """Samples behind a ``RECENT_MEDIAN`` export: long enough to ignore one slow step."""
+
+MIN_INTERVAL, MAX_INTERVAL = 0.05, 3600.0
+
+
+def check_interval(interval: float, what: str = "--interval") -> float:
+    """``interval`` if it is a usable sampling interval in seconds, else ``UsageError``."""
+    if not math.isfinite(interval) or not MIN_INTERVAL <= interval <= MAX_INTERVAL:
+        raise UsageError(
+            f"{what} {interval}: must be between {MIN_INTERVAL} and {MAX_INTERVAL:.0f} seconds"
+        )
+    return interval
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,21 +162,32 @@ def watch(
     """Tick every ``interval`` seconds until the target is gone or ``stop`` is set.
 
     Returns why monitoring ended when the target went away, ``None`` when stopped.
-    Deadlines are kept on the monotonic clock, so a slow tick does not shift later ones.
     """
-    deadline = time.monotonic()
+    pacer = Pacer()
     try:
         while not stop.is_set():
             try:
                 on_tick(monitor.tick())
             except TargetGone as gone:
                 return str(gone)
-            deadline += interval
-            delay = deadline - time.monotonic()
-            if delay < 0:  # fell behind (suspended laptop, overloaded host): start afresh
-                deadline = time.monotonic()
-                delay = 0
-            stop.wait(delay)
+            stop.wait(pacer.delay(interval))
         return None
     finally:
         monitor.close()
+
+
+class Pacer:
+    """Tick deadlines ``interval`` apart on the monotonic clock, so a slow tick does not shift
+    later ones; after falling behind (suspended laptop, overloaded host) it starts afresh."""
+
+    def __init__(self) -> None:
+        self._deadline = time.monotonic()
+
+    def delay(self, interval: float) -> float:
+        """Seconds to wait until the next tick."""
+        self._deadline += interval
+        delay = self._deadline - time.monotonic()
+        if delay < 0:
+            self._deadline = time.monotonic()
+            return 0.0
+        return delay

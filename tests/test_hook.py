@@ -51,3 +51,13 @@ def test_a_boundary_closes_the_period_without_a_record(tmp_path: Path) -> None:
 def test_probe_settings_are_checked() -> None:
     with pytest.raises(ValueError, match="probe_every"):
         Hook(probe_every_steps=0)
+
+
+def test_the_run_name_is_driftwatch_run_unless_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DRIFTWATCH_RUN", "from-env")
+    assert Hook(channel_dir=str(tmp_path)).run == "from-env"
+    assert Hook(run="given", channel_dir=str(tmp_path)).run == "given"
+    monkeypatch.delenv("DRIFTWATCH_RUN")
+    assert Hook(channel_dir=str(tmp_path)).run != "from-env"

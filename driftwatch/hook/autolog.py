@@ -43,7 +43,7 @@ def patch_fit(model_class: Any) -> None:
         callbacks = list(bound.arguments.get("callbacks") or [])
         if not any(isinstance(c, DriftwatchCallback) for c in callbacks):
             # First: its batch-end then runs right after Keras syncs the step's results.
-            callbacks.insert(0, DriftwatchCallback(run=os.environ.get(RUN_ENV)))
+            callbacks.insert(0, DriftwatchCallback())
         bound.arguments["callbacks"] = callbacks
         return original(*bound.args, **bound.kwargs)
 

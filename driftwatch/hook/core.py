@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import Any
 
 from driftwatch.channel import ChannelWriter, NullWriter, open_writer
+from driftwatch.hook.autolog import RUN_ENV
 from driftwatch.hook.probes import Reading, TensorflowProbes
 from driftwatch.hook.protocol import SERIES_META, Kind
 from driftwatch.series import Labels
@@ -40,7 +41,8 @@ class Hook:
 
     Works alone or with a daemon: records go to a per-process channel file that
     ``driftwatch attach``/``run``/``daemon`` read; with ``listen="127.0.0.1:PORT"`` the
-    process also serves its own ``/metrics``.
+    process also serves its own ``/metrics``. The run name is ``run``, else
+    ``$DRIFTWATCH_RUN``, else the script's name; monitors label the run with it.
     """
 
     def __init__(
@@ -54,7 +56,11 @@ class Hook:
     ) -> None:
         if probe_every_steps < 1 or not probe_every_seconds > 0:
             raise ValueError("probe_every_steps must be >= 1 and probe_every_seconds > 0")
-        self.run = run or default_run_name([sys.executable, *sys.argv], "python")
+        self.run = (
+            run
+            or os.environ.get(RUN_ENV)
+            or default_run_name([sys.executable, *sys.argv], "python")
+        )
         self.probe_every_steps = probe_every_steps
         self.probe_every_seconds = probe_every_seconds
         self.global_step = 0

@@ -7,9 +7,17 @@ reason; the others carry on). Every other foreign exception is translated inside
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Protocol
 
+from driftwatch.channel import runtime_dir
 from driftwatch.series import Sample
+from driftwatch.sources.eventfiles import EventFileSource
+from driftwatch.sources.hook import HookSource
+from driftwatch.sources.nvml import NvmlSource
+from driftwatch.sources.process import ProcessSource
+from driftwatch.target import Target
 
 
 class Source(Protocol):
@@ -22,3 +30,22 @@ class Source(Protocol):
     def close(self) -> None:
         """Release files and handles; called once when monitoring ends."""
         ...
+
+
+def default_sources(
+    target: Target, logdirs: Sequence[Path], channel_dir: Path | None = None
+) -> list[Source]:
+    """Every source for one target; the hook's steps, when it has one, beat event files'.
+
+    The hook's channel is looked for in ``channel_dir``, by default where the target's own
+    environment puts it.
+    """
+    if channel_dir is None:
+        channel_dir = runtime_dir(target.environ(), target.info.uid)
+    hook = HookSource(channel_dir, target.pid, target.info.create_time, target.info.uid)
+    return [
+        ProcessSource(target),  # first: it notices a reused PID before the others read
+        hook,
+        EventFileSource(logdirs, target.open_paths, track_steps=lambda: not hook.connected),
+        NvmlSource(target.pid),
+    ]

@@ -1,0 +1,488 @@
+"""``driftwatch daemon``: one node agent watching every hooked process and every match.
+
+Each tick the daemon
+
+1. lists the hook channels in the runtime directories (every user's when it runs as root),
+   starts watching the processes behind new ones and removes the channels of processes that
+   have exited;
+2. every ``SCAN_EVERY_TICKS`` ticks, scans the process table for command lines that a
+   ``--match`` pattern finds;
+3. ticks every monitor and drops those whose target has gone, with their series.
+
+One thread ticks all monitors: a tick only reads ``/proc``, shared memory and the new bytes
+of event files, so a node's targets fit in one interval, and nothing needs a lock. A
+target's failure ends its own monitor only. Scrapes read the tuple of snapshots published
+after each tick.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import re
+import signal
+import threading
+import time
+import tomllib
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import psutil
+
+from driftwatch.channel import (
+    ChannelError,
+    check_private_dir,
+    list_channels,
+    read_meta,
+    remove_channel,
+)
+from driftwatch.detect.catalog import default_engine
+from driftwatch.errors import TargetAccessDenied, TargetError, TargetGone, UsageError
+from driftwatch.findings import Finding
+from driftwatch.hook.autolog import RUN_ENV
+from driftwatch.monitor import Monitor, Pacer, Snapshot, check_interval
+from driftwatch.sources import default_sources
+from driftwatch.target import Target, default_run_name
+
+log = logging.getLogger(__name__)
+
+DEFAULT_INTERVAL = 2.0
+SCAN_EVERY_TICKS = 5
+"""The process table is read every this many ticks: a node has hundreds of processes, and a
+job that only a pattern finds can wait a few seconds more to be noticed."""
+
+Key = tuple[int, int]
+"""A process: its PID and ``round(create_time * 100)``, as in channel file names."""
+
+ProcessScan = Callable[[], Iterable[tuple[int, float, str]]]
+"""Lists ``(pid, create_time, command line)`` of the processes on the node."""
+
+
+def _key(pid: int, create_time: float) -> Key:
+    return pid, round(create_time * 100)
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """Watch processes whose command line ``pattern`` finds, with these TensorBoard logdirs."""
+
+    pattern: re.Pattern[str]
+    logdirs: tuple[Path, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """What the daemon does; re-read from its sources on ``SIGHUP``."""
+
+    interval: float = DEFAULT_INTERVAL
+    rules: tuple[Rule, ...] = ()
+    channel_dirs: tuple[Path, ...] = ()
+    """Directories with hook channels beyond the usual per-user ones."""
+
+    def rule_for(self, command: str) -> Rule | None:
+        """The first rule whose pattern finds ``command``."""
+        return next((rule for rule in self.rules if rule.pattern.search(command)), None)
+
+
+def _compile(pattern: str, where: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern)
+    except re.error as err:
+        raise UsageError(f"{where}: bad regular expression {pattern!r}: {err}") from err
+
+
+def _paths(value: object, where: str) -> tuple[Path, ...]:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise UsageError(f"{where}: expected a list of paths")
+    return tuple(Path(item) for item in value)
+
+
+def _check_keys(table: dict[str, Any], allowed: set[str], where: str) -> None:
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise UsageError(
+            f"{where}: unknown key {unknown[0]!r} (expected {', '.join(sorted(allowed))})"
+        )
+
+
+def _read_config_file(path: Path) -> Config:
+    """Parse the TOML configuration file (see the README); ``UsageError`` saying what is wrong."""
+    try:
+        with path.open("rb") as file:
+            table = tomllib.load(file)
+    except OSError as err:
+        raise UsageError(f"--config {path}: cannot read it: {err.strerror}") from err
+    except tomllib.TOMLDecodeError as err:
+        raise UsageError(f"--config {path}: not valid TOML: {err}") from err
+    _check_keys(table, {"interval", "channel_dirs", "match"}, str(path))
+    interval = table.get("interval", DEFAULT_INTERVAL)
+    if not isinstance(interval, (int, float)) or isinstance(interval, bool):
+        raise UsageError(f"{path}: interval must be a number of seconds")
+    matches = table.get("match", [])
+    if not isinstance(matches, list) or not all(isinstance(m, dict) for m in matches):
+        raise UsageError(f"{path}: match must be an array of tables ([[match]])")
+    rules = []
+    for number, match in enumerate(matches, 1):
+        where = f"{path}: match #{number}"
+        _check_keys(match, {"pattern", "logdirs"}, where)
+        if not isinstance(match.get("pattern"), str):
+            raise UsageError(f"{where}: needs a pattern (a regular expression)")
+        rules.append(
+            Rule(_compile(match["pattern"], where), _paths(match.get("logdirs", []), where))
+        )
+    return Config(
+        check_interval(float(interval), f"{path}: interval"),
+        tuple(rules),
+        _paths(table.get("channel_dirs", []), f"{path}: channel_dirs"),
+    )
+
+
+def load_config(
+    path: Path | None, matches: Sequence[str] = (), interval: float | None = None
+) -> Config:
+    """The configuration file at ``path`` (if any) plus the command line's options.
+
+    ``--match`` patterns add to the file's rules; ``--interval`` overrides the file's.
+    """
+    config = _read_config_file(path) if path is not None else Config()
+    rules = tuple(Rule(_compile(m, "--match")) for m in matches) + config.rules
+    return Config(
+        config.interval if interval is None else check_interval(interval),
+        rules,
+        config.channel_dirs,
+    )
+
+
+def channel_dirs(extra: Sequence[Path], environ: dict[str, str] | None = None) -> list[Path]:
+    """Where hooked processes keep their channels: ``extra``, ``$DRIFTWATCH_RUNTIME_DIR``,
+    and every user's default runtime directories (``/tmp/driftwatch-UID``,
+    ``/run/user/UID/driftwatch``)."""
+    environ = dict(os.environ) if environ is None else environ
+    found = [*extra]
+    if environ.get("DRIFTWATCH_RUNTIME_DIR"):
+        found.append(Path(environ["DRIFTWATCH_RUNTIME_DIR"]))
+    found += map(Path, sorted(glob.glob("/tmp/driftwatch-[0-9]*")))
+    found += map(Path, sorted(glob.glob("/run/user/[0-9]*/driftwatch")))
+    return list(dict.fromkeys(found))
+
+
+def scan_processes() -> Iterator[tuple[int, float, str]]:
+    """``(pid, create_time, command line)`` of every process with a command line."""
+    for process in psutil.process_iter(["cmdline", "create_time"]):
+        cmdline, create_time = process.info["cmdline"], process.info["create_time"]
+        if cmdline and create_time is not None:  # kernel threads have none; None: denied
+            yield process.pid, create_time, " ".join(cmdline)
+
+
+def _own_lineage() -> set[int]:
+    """This process and its ancestors: their command lines hold the daemon's own patterns."""
+    me = psutil.Process()
+    return {me.pid, *(parent.pid for parent in me.parents())}
+
+
+@dataclass(slots=True)
+class _Watched:
+    monitor: Monitor
+    command: str
+    matched: bool  # found by a pattern, not by its channel
+    channel: Path | None  # the hook channel it was found by
+
+
+class Daemon:
+    """Discovers targets, keeps one ``Monitor`` each, and publishes their snapshots.
+
+    ``load`` reads the configuration (called again on ``reload``); ``directories`` says
+    where to look for channels; ``scan`` lists the process table; ``clock`` stamps samples;
+    ``on_finding`` gets each run's findings.
+    """
+
+    def __init__(
+        self,
+        load: Callable[[], Config],
+        *,
+        directories: Callable[[Config], list[Path]] = lambda config: channel_dirs(
+            config.channel_dirs
+        ),
+        scan: ProcessScan = scan_processes,
+        clock: Callable[[], float] = time.time,
+        on_finding: Callable[[str, Finding], None] = lambda run, finding: None,
+    ) -> None:
+        self._load = load
+        self.config = load()
+        self._directories = directories
+        self._scan = scan
+        self._clock = clock
+        self._on_finding = on_finding
+        self._own = _own_lineage()
+        self._watched: dict[Key, _Watched] = {}
+        self._skipped: set[Key] = set()  # refused or unreadable: logged once, not retried
+        self._unsafe_dirs: set[Path] = set()  # logged once while they stay unsafe
+        self._waiting: set[Key] = set()  # channels whose metadata was not written yet
+        self._litter: dict[Key, Path] = {}  # channels of exited processes we cannot remove
+        self._ticks = 0
+        self._wake = threading.Event()
+        self._stop_requested = False
+        self._reload_requested = False
+        self.snapshots: tuple[Snapshot, ...] = ()
+        """The latest snapshot of every live run, replaced as a whole after each tick."""
+
+    @property
+    def runs(self) -> dict[str, int]:
+        """The PID of each watched run, by run name."""
+        return {w.monitor.run: w.monitor.target.pid for w in self._watched.values()}
+
+    # -- one tick ---------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """Discover new targets, sample every target, drop the ended ones, publish."""
+        self._discover_channels()  # first: a hooked process is named by its hook
+        if self._ticks % SCAN_EVERY_TICKS == 0:
+            self._forget_exited()
+            self._scan_processes()
+        self._ticks += 1
+        for key, watched in list(self._watched.items()):
+            try:
+                watched.monitor.tick()
+            except TargetGone as gone:
+                self._drop(key, str(gone))
+                if watched.channel is not None:
+                    self._sweep(key, watched.channel)
+            except Exception as err:  # one target's failure must not stop the others
+                log.exception("monitoring %s failed", watched.monitor.run)
+                self._skipped.add(key)
+                self._drop(key, f"internal error: {err!r}")
+        self.snapshots = tuple(w.monitor.snapshot for w in self._watched.values())
+
+    def _discover_channels(self) -> None:
+        for directory in self._directories(self.config):
+            # Other users' directories are closed to a daemon without root or
+            # CAP_DAC_READ_SEARCH: that is expected, not worth a line.
+            if not os.access(directory, os.R_OK | os.X_OK, effective_ids=True):
+                continue
+            try:
+                owner = check_private_dir(directory)
+                channels = list_channels(directory)
+            except ChannelError as err:
+                if directory not in self._unsafe_dirs:
+                    self._unsafe_dirs.add(directory)
+                    log.warning("skipping the channel directory %s: %s", directory, err)
+                continue
+            self._unsafe_dirs.discard(directory)
+            for pid, create_time, path in channels:
+                key = _key(pid, create_time)
+                if (
+                    key not in self._watched
+                    and key not in self._skipped
+                    and key not in self._litter
+                ):
+                    self._adopt_channel(key, path, owner)
+
+    def _adopt_channel(self, key: Key, path: Path, directory_owner: int) -> None:
+        """Start watching the process behind a new channel, or remove the channel if its
+        writer has exited, or refuse it (once) if it is not the process's own."""
+        try:
+            target = Target.attach(key[0])
+            file_owner = os.lstat(path).st_uid
+        except TargetGone:
+            self._sweep(key, path)
+            return
+        except TargetAccessDenied as err:
+            self._skip(key, str(err))
+            return
+        except FileNotFoundError:  # removed since it was listed
+            return
+        if _key(target.pid, target.info.create_time) != key:  # the PID was reused since
+            self._sweep(key, path)
+            return
+        if not file_owner == directory_owner == target.info.uid:
+            self._skip(
+                key,
+                f"refusing the channel {path}: it belongs to uid {file_owner} in a directory "
+                f"of uid {directory_owner}, but process {target.pid} runs as uid "
+                f"{target.info.uid}",
+            )
+            return
+        meta = read_meta(path)
+        if "run" not in meta and key not in self._waiting:
+            self._waiting.add(key)  # the hook writes it right after the channel
+            return
+        self._waiting.discard(key)
+        run = meta.get("run")
+        self._start(key, target, run if isinstance(run, str) else None, path, f"its channel {path}")
+
+    def _forget_exited(self) -> None:
+        """Forget the processes refused or waited for that have exited since, and the
+        channels we could not remove that someone else did."""
+        self._skipped = {key for key in self._skipped if psutil.pid_exists(key[0])}
+        self._waiting = {key for key in self._waiting if psutil.pid_exists(key[0])}
+        self._litter = {key: p for key, p in self._litter.items() if os.path.lexists(p)}
+
+    def _scan_processes(self) -> None:
+        if not self.config.rules:
+            return
+        watched_pids = {pid for pid, _ in self._watched}
+        for pid, create_time, command in self._scan():
+            key = _key(pid, create_time)
+            if pid in self._own or pid in watched_pids or key in self._skipped:
+                continue
+            rule = self.config.rule_for(command)
+            if rule is None:
+                continue
+            try:
+                target = Target.attach(pid)
+            except TargetGone:
+                continue
+            except TargetAccessDenied as err:
+                self._skip(key, str(err))
+                continue
+            self._start(key, target, None, None, f"the pattern {rule.pattern.pattern!r}")
+
+    def _start(
+        self, key: Key, target: Target, run: str | None, channel: Path | None, found_by: str
+    ) -> None:
+        """Watch ``target`` as ``run`` (default: ``_default_name``), with the logdirs of the
+        pattern that finds its command line, if any."""
+        command = " ".join(target.info.command)
+        rule = self.config.rule_for(command)
+        try:
+            name = self._unique_name(run or self._default_name(target), target.pid)
+            sources = default_sources(
+                target, rule.logdirs if rule else (), None if channel is None else channel.parent
+            )
+        except TargetGone:
+            return
+        except TargetError as err:
+            self._skip(key, str(err))
+            return
+        monitor = Monitor(
+            name,
+            target.info,
+            sources,
+            default_engine(),
+            clock=self._clock,
+            on_finding=lambda finding: self._report(name, finding),
+        )
+        self._watched[key] = _Watched(monitor, command, channel is None, channel)
+        log.info("watching %s (pid %d), found by %s", name, target.pid, found_by)
+
+    @staticmethod
+    def _default_name(target: Target) -> str:
+        """``$DRIFTWATCH_RUN`` of the process, else the script's name."""
+        run = target.environ().get(RUN_ENV)
+        return run or default_run_name(list(target.info.command), target.info.name)
+
+    def _unique_name(self, name: str, pid: int) -> str:
+        """``name``, or ``name-PID`` if a live run has it: label values stay unique."""
+        taken = {w.monitor.run for w in self._watched.values()}
+        unique, suffix = name, 1
+        while unique in taken:
+            unique = f"{name}-{pid}" if suffix == 1 else f"{name}-{pid}-{suffix}"
+            suffix += 1
+        return unique
+
+    def _report(self, run: str, finding: Finding) -> None:
+        log.info("%s: [%s] %s: %s", run, finding.severity.value, finding.kind, finding.message)
+        self._on_finding(run, finding)
+
+    def _drop(self, key: Key, reason: str) -> None:
+        watched = self._watched.pop(key)
+        watched.monitor.close()
+        log.info("stopped watching %s (pid %d): %s", watched.monitor.run, key[0], reason)
+
+    def _sweep(self, key: Key, path: Path) -> None:
+        """Remove the channel of a process that has exited: nobody will write it again.
+
+        One that cannot be removed (e.g. a read-only mount) is logged once and left alone.
+        """
+        if remove_channel(path):
+            log.info("removed %s: its process has exited", path)
+        else:
+            self._litter[key] = path
+
+    def _skip(self, key: Key, reason: str) -> None:
+        self._skipped.add(key)
+        log.warning("not watching pid %d: %s", key[0], reason)
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def reload(self) -> None:
+        """Re-read the configuration and re-scan; a bad configuration keeps the previous one.
+
+        Targets that only a pattern found, and that no pattern finds now, are dropped; those
+        refused before are tried again.
+        """
+        try:
+            config = self._load()
+        except UsageError as err:
+            log.warning("configuration not reloaded, keeping the previous one: %s", err)
+            return
+        self.config = config
+        for key, watched in list(self._watched.items()):
+            if watched.matched and config.rule_for(watched.command) is None:
+                self._drop(key, "no --match pattern finds it any more")
+        self._skipped.clear()
+        self._unsafe_dirs.clear()
+        self._ticks = 0  # scan the process table on the next tick
+        log.info(
+            "configuration reloaded: %d patterns, interval %g s", len(config.rules), config.interval
+        )
+
+    def request_stop(self) -> None:
+        """Make ``run`` return after the current tick (safe in a signal handler)."""
+        self._stop_requested = True
+        self._wake.set()
+
+    def request_reload(self) -> None:
+        """Make ``run`` reload before its next tick (safe in a signal handler)."""
+        self._reload_requested = True
+        self._wake.set()
+
+    def run(self) -> None:
+        """Tick every ``config.interval`` seconds until ``request_stop``; then close all."""
+        pacer = Pacer()
+        try:
+            while True:
+                self._wake.clear()
+                if self._stop_requested:
+                    return
+                if self._reload_requested:
+                    self._reload_requested = False
+                    self.reload()
+                self.tick()
+                self._wake.wait(pacer.delay(self.config.interval))
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Stop watching everything (the runs' channels stay: their processes live on)."""
+        for watched in self._watched.values():
+            watched.monitor.close()
+        self._watched.clear()
+        self.snapshots = ()
+
+
+@contextmanager
+def handling_signals(daemon: Daemon) -> Iterator[list[int]]:
+    """``SIGHUP`` reloads the daemon, ``SIGINT`` and ``SIGTERM`` stop it; yields the list of
+    stop signals received."""
+    received: list[int] = []
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+        daemon.request_stop()
+
+    def reload(signum: int, frame: FrameType | None) -> None:
+        daemon.request_reload()
+
+    handlers = {signal.SIGINT: stop, signal.SIGTERM: stop, signal.SIGHUP: reload}
+    previous = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
+    try:
+        yield received
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)

@@ -1,0 +1,538 @@
+"""``driftwatch daemon``: discovery by channel and by pattern, naming, reload, signals.
+
+The ``Daemon`` class is driven tick by tick in this process against real processes and real
+channel files; the command runs as a real subprocess, scraped over real HTTP and signalled
+for real. The acceptance test trains two real Keras models under it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from driftwatch.channel import ChannelWriter, ensure_private_dir
+from driftwatch.daemon import SCAN_EVERY_TICKS, Config, Daemon, channel_dirs, load_config
+from driftwatch.errors import UsageError
+from driftwatch.hook.protocol import SERIES_META, Kind
+from tests.conftest import TF_ENV, run_cli, unused_pid, wait_for
+
+# -- helpers -----------------------------------------------------------------------------------
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chown, chattr)")
+
+
+def unique_sleep() -> tuple[list[str], str]:
+    """A sleep command no other process on the machine runs, and a pattern for it alone."""
+    seconds = f"300.{uuid.uuid4().int % 10**9}"
+    return ["sleep", seconds], f"^sleep {re.escape(seconds)}$"
+
+
+@pytest.fixture
+def sleepers() -> Iterator[tuple[list[subprocess.Popen[bytes]], str]]:
+    """Two processes running the same unique command, and the pattern that finds them."""
+    command, pattern = unique_sleep()
+    children = [subprocess.Popen(command) for _ in range(2)]
+    yield children, pattern
+    for child in children:
+        child.kill()
+        child.wait()
+
+
+def make_daemon(channels: Path, *matches: str) -> Daemon:
+    """A daemon that looks for channels in ``channels`` only."""
+    return Daemon(lambda: load_config(None, matches, 0.1), directories=lambda config: [channels])
+
+
+def hook_channel(
+    directory: Path, pid: int, create_time: float, run: str | None, nonfinite: int = 0
+) -> Path:
+    """A channel file as the hook of ``(pid, create_time)`` would leave it, with ``run`` in its
+    metadata (none: no metadata yet) and a count of ``nonfinite`` NaN losses."""
+    writer = ChannelWriter.create(ensure_private_dir(directory), pid, create_time, capacity=16)
+    if run is not None:
+        writer.set_meta({"run": run, "pid": pid, SERIES_META: [["hook_nonfinite_total", {}]]})
+    if nonfinite:
+        writer.write(Kind.VALUE, 0, time.time(), float(nonfinite))
+    writer.close()
+    return writer.path
+
+
+class DaemonProcess:
+    """``driftwatch daemon`` as a subprocess; its stderr lines are collected as they come."""
+
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "driftwatch", "daemon", "--listen", "127.0.0.1:0", *args],
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        wait_for(lambda: self._url() is not None, 30, "the daemon to serve /metrics")
+        url = self._url()
+        assert url is not None
+        self.url = url
+
+    def _read(self) -> None:
+        assert self.process.stderr is not None
+        self.lines.extend(self.process.stderr)
+
+    def _url(self) -> str | None:
+        if self.process.poll() is not None:
+            pytest.fail(f"the daemon exited early: {''.join(self.lines)}")
+        found = (re.search(r"metrics at (http://\S+)", line) for line in list(self.lines))
+        return next((match.group(1) for match in found if match), None)
+
+    def runs(self) -> dict[str, str]:
+        """The pid of each run in ``driftwatch_target_info``, by run name."""
+        with urllib.request.urlopen(self.url, timeout=10) as response:
+            text = response.read().decode()
+        return {
+            sample.labels["run"]: sample.labels["pid"]
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == "driftwatch_target_info"
+        }
+
+    def series_of(self, run: str) -> set[str]:
+        with urllib.request.urlopen(self.url, timeout=10) as response:
+            text = response.read().decode()
+        return {
+            sample.name
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.labels.get("run") == run
+        }
+
+    def stop(self, signum: int = signal.SIGTERM) -> int:
+        self.process.send_signal(signum)
+        code = self.process.wait(timeout=30)
+        self._reader.join(timeout=10)
+        return code
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+@pytest.fixture
+def daemons() -> Iterator[list[DaemonProcess]]:
+    """Daemons a test starts; killed afterwards if the test left them running."""
+    started: list[DaemonProcess] = []
+    yield started
+    for daemon in started:
+        daemon.kill()
+
+
+# -- configuration -------------------------------------------------------------------------------
+
+
+def test_command_line_patterns_join_the_file_and_its_interval_yields(tmp_path: Path) -> None:
+    path = tmp_path / "daemon.toml"
+    path.write_text(
+        'interval = 5\nchannel_dirs = ["/srv/channels"]\n'
+        '[[match]]\npattern = "train\\\\.py"\nlogdirs = ["/data/tb"]\n'
+    )
+    config = load_config(path, ["^python -m trainer"], None)
+    assert config.interval == 5
+    assert config.channel_dirs == (Path("/srv/channels"),)
+    assert [rule.pattern.pattern for rule in config.rules] == ["^python -m trainer", r"train\.py"]
+    assert config.rule_for("python train.py --epochs 3") == config.rules[1]
+    assert config.rules[1].logdirs == (Path("/data/tb"),)
+    assert config.rule_for("python eval.py") is None
+    assert load_config(path, [], 0.5).interval == 0.5
+    assert load_config(None).interval == Config().interval
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("interval = [", "not valid TOML"),
+        ("intervall = 2", "unknown key 'intervall'"),
+        ("interval = 0", "interval 0.0: must be between"),
+        ('interval = "2s"', "interval must be a number"),
+        ('[[match]]\npattern = "("', "match #1: bad regular expression '('"),
+        ("[[match]]\nlogdirs = []", "match #1: needs a pattern"),
+        ('match = "x"', "match must be an array of tables"),
+        ('channel_dirs = "/srv"', "channel_dirs: expected a list of paths"),
+    ],
+)
+def test_a_bad_configuration_is_one_line_error(tmp_path: Path, text: str, needle: str) -> None:
+    path = tmp_path / "daemon.toml"
+    path.write_text(text)
+    with pytest.raises(UsageError, match=re.escape(needle)):
+        load_config(path)
+    result = run_cli("daemon", "--config", str(path), "--listen", "127.0.0.1:0")
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert needle in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--config", "/nonexistent/daemon.toml"], "cannot read it: No such file"),
+        (["--match", "(unclosed"], "--match: bad regular expression"),
+        (["--interval", "0"], "--interval 0.0: must be between"),
+    ],
+)
+def test_bad_options_are_one_line_errors(args: list[str], needle: str) -> None:
+    result = run_cli("daemon", "--listen", "127.0.0.1:0", *args)
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert needle in result.stderr
+
+
+def test_every_users_runtime_directory_is_searched() -> None:
+    own = ensure_private_dir(f"/tmp/driftwatch-{os.geteuid()}")
+    found = channel_dirs([Path("/srv/x")], {"DRIFTWATCH_RUNTIME_DIR": "/run/dw"})
+    assert found[:2] == [Path("/srv/x"), Path("/run/dw")]
+    assert own in found
+    assert all(re.match(r"/(tmp/driftwatch-|run/user/)\d+", str(path)) for path in found[2:])
+
+
+# -- discovery, in this process -------------------------------------------------------------------
+
+
+def test_matching_processes_are_watched_with_unique_names_and_dropped_when_they_exit(
+    tmp_path: Path, sleepers: tuple[list[subprocess.Popen[bytes]], str]
+) -> None:
+    (first, second), pattern = sorted(sleepers[0], key=lambda child: child.pid), sleepers[1]
+    daemon = make_daemon(tmp_path, pattern)
+    daemon.tick()
+    assert daemon.runs == {"sleep": first.pid, f"sleep-{second.pid}": second.pid}
+    assert {s.run for s in daemon.snapshots} == {"sleep", f"sleep-{second.pid}"}
+    assert all(s.ticks == 1 for s in daemon.snapshots)
+    first.kill()
+    first.wait()
+    daemon.tick()
+    assert daemon.runs == {f"sleep-{second.pid}": second.pid}  # names stay stable
+    daemon.close()
+    assert daemon.snapshots == ()
+
+
+def test_the_process_table_is_scanned_every_few_ticks(tmp_path: Path) -> None:
+    scans = 0
+
+    def scan() -> list[tuple[int, float, str]]:
+        nonlocal scans
+        scans += 1
+        return []
+
+    daemon = Daemon(lambda: load_config(None, ["x"], 0.1), directories=lambda config: [], scan=scan)
+    for _ in range(10):
+        daemon.tick()
+    assert scans == 2
+
+
+def test_the_daemon_never_watches_itself_or_its_parents(tmp_path: Path) -> None:
+    own = [(p.pid, p.create_time(), "me") for p in [psutil.Process(), *psutil.Process().parents()]]
+    daemon = Daemon(
+        lambda: load_config(None, ["me"], 0.1),
+        directories=lambda config: [tmp_path],
+        scan=lambda: own,
+    )
+    daemon.tick()
+    assert daemon.runs == {}
+
+
+def test_hooked_processes_are_named_by_their_channel(
+    tmp_path: Path, sleepers: tuple[list[subprocess.Popen[bytes]], str]
+) -> None:
+    first, second = sorted(sleepers[0], key=lambda child: child.pid)
+    for child in (first, second):
+        hook_channel(tmp_path, child.pid, psutil.Process(child.pid).create_time(), "resnet")
+    daemon = make_daemon(tmp_path)
+    daemon.tick()
+    assert daemon.runs == {"resnet": first.pid, f"resnet-{second.pid}": second.pid}
+    snapshot = next(s for s in daemon.snapshots if s.run == "resnet")
+    assert {status.name for status in snapshot.sources} >= {"process", "hook"}
+    daemon.close()
+
+
+def test_a_channel_without_metadata_waits_one_tick_for_it(
+    tmp_path: Path, sleeper: subprocess.Popen[bytes]
+) -> None:
+    path = hook_channel(tmp_path, sleeper.pid, psutil.Process(sleeper.pid).create_time(), None)
+    daemon = make_daemon(tmp_path)
+    daemon.tick()
+    assert daemon.runs == {}
+    path.with_suffix(".json").write_text('{"run": "late"}')
+    daemon.tick()
+    assert daemon.runs == {"late": sleeper.pid}
+    daemon.close()
+
+
+def test_channels_of_exited_processes_are_removed(
+    tmp_path: Path, sleeper: subprocess.Popen[bytes]
+) -> None:
+    create_time = psutil.Process(sleeper.pid).create_time()
+    live = hook_channel(tmp_path, sleeper.pid, create_time, "live")
+    exited = hook_channel(tmp_path, unused_pid(), 1e9, "exited")
+    reused = hook_channel(tmp_path, sleeper.pid, create_time - 100, "reused")  # same PID, older
+    daemon = make_daemon(tmp_path)
+    daemon.tick()
+    assert daemon.runs == {"live": sleeper.pid}
+    assert live.exists()
+    assert not exited.exists()
+    assert not exited.with_suffix(".json").exists()
+    assert not reused.exists()
+    sleeper.kill()
+    sleeper.wait()
+    daemon.tick()
+    assert daemon.runs == {}
+    assert not live.exists()  # swept as soon as its process is gone
+
+
+@needs_root
+def test_a_channel_that_cannot_be_removed_is_reported_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = hook_channel(tmp_path, unused_pid(), 1e9, "exited")
+    subprocess.run(["chattr", "+i", path], check=True)  # not even root may remove it
+    try:
+        daemon = make_daemon(tmp_path)
+        with caplog.at_level(logging.WARNING):
+            for _ in range(SCAN_EVERY_TICKS + 1):
+                daemon.tick()
+        assert [r.getMessage() for r in caplog.records if "cannot remove" in r.getMessage()] == [
+            f"driftwatch: cannot remove {path}: [Errno 1] Operation not permitted: '{path}'"
+        ]
+    finally:
+        subprocess.run(["chattr", "-i", path], check=True)
+
+
+@needs_root
+def test_a_channel_of_another_user_than_its_process_is_refused_once(
+    tmp_path: Path, sleeper: subprocess.Popen[bytes], caplog: pytest.LogCaptureFixture
+) -> None:
+    path = hook_channel(tmp_path, sleeper.pid, psutil.Process(sleeper.pid).create_time(), "x")
+    os.chown(path, 65534, 65534)
+    daemon = make_daemon(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="driftwatch.daemon"):
+        daemon.tick()
+        daemon.tick()
+    assert daemon.runs == {}
+    assert path.exists()
+    refusals = [r.getMessage() for r in caplog.records if "refusing" in r.getMessage()]
+    assert len(refusals) == 1
+    assert (
+        f"belongs to uid 65534 in a directory of uid 0, but process {sleeper.pid}" in (refusals[0])
+    )
+
+
+def test_an_unsafe_channel_directory_is_skipped_once(
+    tmp_path: Path, sleeper: subprocess.Popen[bytes], caplog: pytest.LogCaptureFixture
+) -> None:
+    hook_channel(tmp_path, sleeper.pid, psutil.Process(sleeper.pid).create_time(), "x")
+    tmp_path.chmod(0o777)
+    daemon = make_daemon(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="driftwatch.daemon"):
+        daemon.tick()
+        daemon.tick()
+    assert daemon.runs == {}
+    skipped = [r.getMessage() for r in caplog.records if "skipping" in r.getMessage()]
+    assert len(skipped) == 1
+    assert skipped[0].startswith(f"skipping the channel directory {tmp_path}: ")
+    assert "is open to other users (mode 0777)" in skipped[0]
+
+
+def test_reload_drops_what_no_pattern_finds_and_keeps_the_old_config_when_bad(
+    tmp_path: Path,
+    sleepers: tuple[list[subprocess.Popen[bytes]], str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    children, pattern = sleepers
+    patterns = [pattern]
+    broken = False
+
+    def load() -> Config:
+        if broken:
+            raise UsageError("daemon.toml: not valid TOML")
+        return load_config(None, patterns, 0.1)
+
+    daemon = Daemon(load, directories=lambda config: [tmp_path])
+    daemon.tick()
+    assert sorted(daemon.runs.values()) == sorted(child.pid for child in children)
+    broken = True
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="driftwatch.daemon"):
+        daemon.reload()
+    assert [r.getMessage() for r in caplog.records] == [
+        "configuration not reloaded, keeping the previous one: daemon.toml: not valid TOML"
+    ]
+    assert daemon.config.rules[0].pattern.pattern == pattern
+    broken = False
+    patterns = ["^nothing$"]
+    daemon.reload()
+    assert daemon.runs == {}
+    daemon.close()
+
+
+# -- the command --------------------------------------------------------------------------------
+
+
+def test_match_picks_up_processes_started_after_it_and_drops_them(
+    daemons: list[DaemonProcess], tmp_path: Path
+) -> None:
+    command, pattern = unique_sleep()
+    daemons.append(DaemonProcess("--match", pattern, "--interval", "0.1"))
+    daemon = daemons[0]
+    children = [subprocess.Popen(command) for _ in range(2)]
+    try:
+        pids = sorted(str(child.pid) for child in children)
+        wait_for(lambda: set(pids) <= set(daemon.runs().values()), 20, "both sleepers watched")
+        runs = {pid: run for run, pid in daemon.runs().items() if pid in pids}
+        assert sorted(runs.values()) == sorted(["sleep", f"sleep-{pids[1]}"])
+        assert "driftwatch_process_resident_memory_bytes" in daemon.series_of("sleep")
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()
+    wait_for(lambda: not set(pids) & set(daemon.runs().values()), 20, "both runs dropped")
+    assert daemon.series_of("sleep") == set()
+    stopped = [line for line in daemon.lines if line.startswith("driftwatch: stopped watching")]
+    for pid in pids:  # the machine's other hooked processes may come and go as well
+        assert sum(f"(pid {pid}): process {pid} has exited\n" in line for line in stopped) == 1
+    assert daemon.stop(signal.SIGTERM) == 0
+
+
+def test_sighup_rereads_the_configuration_file(
+    daemons: list[DaemonProcess], tmp_path: Path, sleeper: subprocess.Popen[bytes]
+) -> None:
+    command, pattern = unique_sleep()
+    config = tmp_path / "daemon.toml"
+    config.write_text("interval = 0.1\n")
+    daemons.append(DaemonProcess("--config", str(config)))
+    daemon = daemons[0]
+    child = subprocess.Popen(command)
+    try:
+        config.write_text(f"interval = 0.1\n[[match]]\npattern = '{pattern}'\n")
+        daemon.process.send_signal(signal.SIGHUP)
+        wait_for(lambda: str(child.pid) in daemon.runs().values(), 20, "the reload to find it")
+        config.write_text("interval = [")
+        daemon.process.send_signal(signal.SIGHUP)
+        wait_for(
+            lambda: any("configuration not reloaded" in line for line in daemon.lines),
+            20,
+            "the bad configuration to be reported",
+        )
+        assert str(child.pid) in daemon.runs().values()  # the previous configuration holds
+        assert daemon.process.poll() is None
+    finally:
+        child.kill()
+        child.wait()
+    assert daemon.stop(signal.SIGTERM) == 0
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 0), (signal.SIGINT, 130)])
+def test_signals_stop_the_daemon(daemons: list[DaemonProcess], signum: int, code: int) -> None:
+    daemons.append(DaemonProcess("--interval", "0.1"))
+    assert daemons[0].stop(signum) == code
+    assert not any("Traceback" in line for line in daemons[0].lines)
+
+
+def test_findings_of_every_run_are_logged_and_appended(
+    daemons: list[DaemonProcess], tmp_path: Path, sleeper: subprocess.Popen[bytes]
+) -> None:
+    findings = tmp_path / "findings.jsonl"
+    channels = tmp_path / "channels"
+    run = f"nan-{uuid.uuid4().hex[:8]}"
+    daemon = DaemonProcess(
+        "--interval",
+        "0.1",
+        "--findings",
+        str(findings),
+        env={"DRIFTWATCH_RUNTIME_DIR": str(channels)},
+    )
+    daemons.append(daemon)
+    hook_channel(channels, sleeper.pid, psutil.Process(sleeper.pid).create_time(), run, 2)
+    wait_for(lambda: run in findings.read_text(), 20, "the finding in the findings file")
+    found = [json.loads(line) for line in findings.read_text().splitlines()]
+    assert [(f["run"], f["kind"]) for f in found if f["run"] == run] == [(run, "nonfinite")]
+    assert any(
+        line.startswith(f"driftwatch: {run}: [critical] nonfinite: ") for line in daemon.lines
+    )
+    assert daemon.stop() == 0
+
+
+# -- acceptance: two hooked Keras trainings -----------------------------------------------------
+
+TRAIN = textwrap.dedent(
+    """
+    import os, sys
+    import numpy as np
+    import keras
+    from driftwatch.keras import DriftwatchCallback
+
+    class UntilFile(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            self.model.stop_training = os.path.exists(sys.argv[1])
+
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    x, y = np.random.rand(256, 8), np.random.rand(256, 1)
+    model.fit(x, y, batch_size=32, epochs=100000, verbose=0,
+              callbacks=[DriftwatchCallback(probe_every_seconds=0.5), UntilFile()])
+    """
+)
+
+
+@pytest.mark.tf
+def test_daemon_picks_up_two_hooked_trainings_started_after_it_and_drops_them(
+    daemons: list[DaemonProcess], tmp_path: Path
+) -> None:
+    channels = tmp_path / "channels"
+    env = {"DRIFTWATCH_RUNTIME_DIR": str(channels)}
+    daemons.append(DaemonProcess("--interval", "0.2", env=env))
+    daemon = daemons[0]
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN)
+    stop = tmp_path / "stop"
+    tag = uuid.uuid4().hex[:8]
+    runs = [f"alpha-{tag}", f"beta-{tag}"]
+    trainings = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(stop)],
+            env={**os.environ, **TF_ENV, **env, "DRIFTWATCH_RUN": run},
+        )
+        for run in runs
+    ]
+    try:
+        for run in runs:
+            wait_for(
+                lambda run=run: "driftwatch_step_duration_seconds" in daemon.series_of(run),
+                75,
+                f"{run}'s steps in /metrics",
+            )
+        assert {daemon.runs()[run] for run in runs} == {str(t.pid) for t in trainings}
+        stop.touch()
+        for training in trainings:
+            assert training.wait(timeout=60) == 0
+    finally:
+        for training in trainings:
+            training.kill()
+            training.wait()
+    wait_for(lambda: not set(runs) & set(daemon.runs()), 20, "both runs to be dropped")
+    assert daemon.series_of(runs[0]) == daemon.series_of(runs[1]) == set()
+    assert list(channels.iterdir()) == []  # their channels were swept
+    assert daemon.stop() == 0
