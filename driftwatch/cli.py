@@ -29,6 +29,7 @@ from driftwatch.errors import DriftwatchError, TargetGone, UsageError
 from driftwatch.export.http import DEFAULT_HOST, DEFAULT_PORT, MetricsServer, parse_listen
 from driftwatch.export.prometheus import metrics_app
 from driftwatch.findings import Finding
+from driftwatch.history import DEFAULT_RETENTION, History, default_db_path
 from driftwatch.launch import StderrPump, child_environment, exit_code, forwarding_signals, launch
 from driftwatch.monitor import Monitor, Snapshot, watch
 from driftwatch.sources import Source
@@ -37,6 +38,7 @@ from driftwatch.sources.hook import HookSource
 from driftwatch.sources.nvml import NvmlSource
 from driftwatch.sources.process import ProcessSource
 from driftwatch.target import Target, default_run_name
+from driftwatch.units import parse_duration
 from driftwatch.view import live_table, plain_line, summary
 
 app = typer.Typer(
@@ -107,6 +109,13 @@ def _stopping_on_signals(stop: threading.Event) -> Iterator[list[int]]:
             signal.signal(sig, old)
 
 
+def _check_retention(retention: str) -> float:
+    try:
+        return parse_duration(retention)
+    except ValueError as err:
+        raise UsageError(f"--retention {err}") from err
+
+
 @dataclass(frozen=True)
 class WatchOptions:
     """The options ``attach`` and ``run`` share, checked."""
@@ -117,6 +126,8 @@ class WatchOptions:
     logdirs: list[Path]
     findings: Path | None
     run: str | None
+    db: Path
+    retention: float
 
     @classmethod
     def parse(
@@ -126,10 +137,19 @@ class WatchOptions:
         logdirs: list[Path] | None,
         findings: Path | None,
         run: str | None,
+        db: Path | None,
+        retention: str,
     ) -> WatchOptions:
         host, port = parse_listen(listen)
         return cls(
-            _check_interval(interval), host, port, _check_logdirs(logdirs or []), findings, run
+            _check_interval(interval),
+            host,
+            port,
+            _check_logdirs(logdirs or []),
+            findings,
+            run,
+            db or default_db_path(),
+            _check_retention(retention),
         )
 
 
@@ -167,12 +187,15 @@ def _watch(
             if findings_file is not None:
                 findings_file.write(finding.to_json(run_name) + "\n")
 
+        history = History(options.db, options.retention)
+        stack.callback(_close_history, history, run_name)
         monitor = Monitor(
             run_name,
             target.info,
             _sources(target, options.logdirs) + extra_sources,
             default_engine(),
             on_finding=report,
+            recorder=history.recorder(run_name, target.info),
         )
         server = MetricsServer(
             metrics_app(lambda: [monitor.snapshot]),
@@ -182,7 +205,8 @@ def _watch(
         )
         stack.callback(server.close)
         print(
-            f"driftwatch: watching {run_name} (pid {target.pid}); metrics at {server.url}",
+            f"driftwatch: watching {run_name} (pid {target.pid}); metrics at {server.url}; "
+            f"history in {history.path}",
             file=sys.stderr,
         )
         started = time.time()
@@ -200,6 +224,16 @@ def _watch(
     return monitor, reason, started
 
 
+def _close_history(history: History, run_name: str) -> None:
+    history.close()
+    if history.failed is None:
+        print(
+            f"driftwatch: history of {run_name} in {history.path} "
+            f"(driftwatch report --db {history.path} {run_name})",
+            file=sys.stderr,
+        )
+
+
 IntervalOption = Annotated[float, typer.Option(help="Seconds between samples.")]
 ListenOption = Annotated[str, typer.Option(help="HOST:PORT for /metrics (port 0: any free port).")]
 LogdirOption = Annotated[
@@ -211,7 +245,18 @@ FindingsOption = Annotated[
 RunOption = Annotated[
     str | None, typer.Option(help="Run name for labels (default: the script's name).")
 ]
+DbOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="History database (default: $XDG_DATA_HOME/driftwatch/history.db, "
+        "else ~/.local/share/driftwatch/history.db)."
+    ),
+]
+RetentionOption = Annotated[
+    str, typer.Option(help="Delete runs from the history once not seen for this long (e.g. 28d).")
+]
 DEFAULT_LISTEN = f"{DEFAULT_HOST}:{DEFAULT_PORT}"
+DEFAULT_RETENTION_TEXT = f"{DEFAULT_RETENTION / 86400:.0f}d"
 
 
 @app.command()
@@ -222,9 +267,11 @@ def attach(
     logdir: LogdirOption = None,
     findings: FindingsOption = None,
     run: RunOption = None,
+    db: DbOption = None,
+    retention: RetentionOption = DEFAULT_RETENTION_TEXT,
 ) -> None:
     """Watch a running process that was started without driftwatch."""
-    options = WatchOptions.parse(interval, listen, logdir, findings, run)
+    options = WatchOptions.parse(interval, listen, logdir, findings, run, db, retention)
     target = Target.attach(pid)
     run_name = options.run or default_run_name(list(target.info.command), target.info.name)
     stop = threading.Event()
@@ -244,6 +291,8 @@ def run(
     logdir: LogdirOption = None,
     findings: FindingsOption = None,
     run: RunOption = None,
+    db: DbOption = None,
+    retention: RetentionOption = DEFAULT_RETENTION_TEXT,
     hook: Annotated[
         bool, typer.Option(help="Inject the in-process hook into Keras's fit (no code change).")
     ] = True,
@@ -256,7 +305,7 @@ def run(
     ] = False,
 ) -> None:
     """Run a training command under driftwatch, with the hook injected; exit with its code."""
-    options = WatchOptions.parse(interval, listen, logdir, findings, run)
+    options = WatchOptions.parse(interval, listen, logdir, findings, run, db, retention)
     run_name = options.run or default_run_name(command, Path(command[0]).name)
     env = child_environment(dict(os.environ), hook, run_name)
     if cpu_allocator_stats:
@@ -314,6 +363,9 @@ def doctor() -> None:
 def main() -> None:
     """Entry point: every expected error is one line on stderr and a non-zero exit."""
     logging.basicConfig(format="driftwatch: %(message)s", level=logging.WARNING)
+    # Past a file size limit, writes fail with EFBIG (the history says so and monitoring goes
+    # on) instead of the signal killing driftwatch; launched jobs get the default back.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     try:
         code = app(prog_name="driftwatch", standalone_mode=False)
     except typer.TyperException as err:  # bad flags and arguments, found by the parser

@@ -19,6 +19,18 @@ EXAMPLES = REPO / "examples"
 TF_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"}
 
 
+@pytest.fixture(autouse=True)
+def _private_data_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Keep every driftwatch the tests start off the user's own history database."""
+    saved = os.environ.get("XDG_DATA_HOME")
+    os.environ["XDG_DATA_HOME"] = str(tmp_path_factory.mktemp("data-home"))
+    yield
+    if saved is None:
+        del os.environ["XDG_DATA_HOME"]
+    else:
+        os.environ["XDG_DATA_HOME"] = saved
+
+
 def wait_for(predicate: object, timeout: float, what: str, poll: float = 0.05) -> None:
     """Poll ``predicate()`` until true; fail the test with ``what`` after ``timeout`` seconds."""
     assert callable(predicate)
