@@ -29,9 +29,13 @@ from driftwatch.errors import DriftwatchError, TargetGone, UsageError
 from driftwatch.export.http import DEFAULT_HOST, DEFAULT_PORT, MetricsServer, parse_listen
 from driftwatch.export.prometheus import metrics_app
 from driftwatch.findings import Finding
-from driftwatch.history import DEFAULT_RETENTION, History, default_db_path
+from driftwatch.history import DEFAULT_RETENTION, History, HistoryReader, default_db_path
 from driftwatch.launch import StderrPump, child_environment, exit_code, forwarding_signals, launch
 from driftwatch.monitor import Monitor, Snapshot, watch
+from driftwatch.report import build as build_report
+from driftwatch.report import to_json as report_json
+from driftwatch.report import to_text as report_text
+from driftwatch.report.html import render as render_html
 from driftwatch.sources import Source
 from driftwatch.sources.eventfiles import EventFileSource
 from driftwatch.sources.hook import HookSource
@@ -350,6 +354,34 @@ def analyze(
         print(f"{name}: no findings")
     for finding in found:
         print(f"[{finding.severity.value}] {finding.kind}: {finding.message}")
+
+
+@app.command()
+def report(
+    run: Annotated[
+        str | None,
+        typer.Argument(help="Run name (its latest run) or number; default: the latest run."),
+    ] = None,
+    db: DbOption = None,
+    html: Annotated[
+        Path | None, typer.Option(help="Also write a self-contained HTML page with plots.")
+    ] = None,
+    json_document: Annotated[
+        bool, typer.Option("--json", help="Print one JSON document instead of text.")
+    ] = False,
+) -> None:
+    """What happened in a run: signals with trends and projections, and its findings."""
+    reader = HistoryReader(db or default_db_path())
+    try:
+        built = build_report(reader, run)
+    finally:
+        reader.close()
+    if html is not None:
+        try:
+            html.write_text(render_html(built), encoding="utf-8")
+        except OSError as err:
+            raise UsageError(f"--html {html}: cannot write: {err.strerror}") from err
+    print(report_json(built) if json_document else report_text(built))
 
 
 @app.command()

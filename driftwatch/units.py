@@ -51,3 +51,8 @@ def parse_duration(text: str) -> float:
     if not math.isfinite(seconds) or seconds <= 0:
         raise ValueError(f"{text!r} is not a positive duration")
     return seconds
+
+
+def local_time(t: float) -> str:
+    """The local date and time of a unix time, ``2025-06-01 14:03:27``."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))

@@ -20,15 +20,9 @@ TF_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFF
 
 
 @pytest.fixture(autouse=True)
-def _private_data_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+def _private_data_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Keep every driftwatch the tests start off the user's own history database."""
-    saved = os.environ.get("XDG_DATA_HOME")
-    os.environ["XDG_DATA_HOME"] = str(tmp_path_factory.mktemp("data-home"))
-    yield
-    if saved is None:
-        del os.environ["XDG_DATA_HOME"]
-    else:
-        os.environ["XDG_DATA_HOME"] = saved
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data-home"))
 
 
 def wait_for(predicate: object, timeout: float, what: str, poll: float = 0.05) -> None:
