@@ -25,6 +25,7 @@ import logging
 import math
 import os
 import queue
+import resource
 import socket
 import sqlite3
 import threading
@@ -40,6 +41,7 @@ from driftwatch.findings import Finding, Severity
 from driftwatch.series import Labels, SeriesKey
 from driftwatch.store import DEFAULT_TIERS, Bucket, Store, TierSpec
 from driftwatch.target import TargetInfo
+from driftwatch.units import human_bytes
 
 if TYPE_CHECKING:
     from driftwatch.monitor import Snapshot
@@ -57,7 +59,7 @@ PRUNE_RUNS_SECONDS = 3600.0
 """How often (wall-clock) the writer deletes runs older than the retention."""
 
 _SCHEMA = """
-CREATE TABLE runs (
+CREATE TABLE IF NOT EXISTS runs (
     id INTEGER PRIMARY KEY,
     name TEXT NOT NULL,
     host TEXT NOT NULL,
@@ -70,15 +72,16 @@ CREATE TABLE runs (
     last_seen REAL NOT NULL,
     ended TEXT                  -- why monitoring last ended; NULL while watched or if killed
 );
-CREATE INDEX runs_process ON runs (host, pid, create_time);
-CREATE TABLE series (
+CREATE INDEX IF NOT EXISTS runs_process ON runs (host, pid, create_time);
+CREATE TABLE IF NOT EXISTS series (
     id INTEGER PRIMARY KEY,
     run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
     name TEXT NOT NULL,
     labels TEXT NOT NULL,       -- JSON object
     UNIQUE (run_id, name, labels)
 );
-CREATE TABLE buckets (           -- one row of a store tier; NULL stands for NaN
+-- One row of a store tier; NULL stands for NaN.
+CREATE TABLE IF NOT EXISTS buckets (
     series_id INTEGER NOT NULL REFERENCES series (id) ON DELETE CASCADE,
     width REAL NOT NULL,
     start REAL NOT NULL,
@@ -86,7 +89,8 @@ CREATE TABLE buckets (           -- one row of a store tier; NULL stands for NaN
     mean REAL, min REAL, max REAL, last REAL,
     PRIMARY KEY (series_id, width, start)
 ) WITHOUT ROWID;
-CREATE TABLE findings (          -- each kind once per run: first seen, last seen, latest state
+-- Each kind of finding once per run: first seen, last seen, latest state.
+CREATE TABLE IF NOT EXISTS findings (
     run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
     kind TEXT NOT NULL,
     severity TEXT NOT NULL,
@@ -97,13 +101,14 @@ CREATE TABLE findings (          -- each kind once per run: first seen, last see
     evidence TEXT NOT NULL,     -- JSON object
     PRIMARY KEY (run_id, kind)
 );
-CREATE TABLE finding_changes (   -- a kind started holding, changed severity, or stopped (NULL)
+-- When a kind started holding, changed severity, or stopped (severity NULL).
+CREATE TABLE IF NOT EXISTS finding_changes (
     run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
     kind TEXT NOT NULL,
     t REAL NOT NULL,
     severity TEXT
 );
-CREATE INDEX finding_changes_run ON finding_changes (run_id, t);
+CREATE INDEX IF NOT EXISTS finding_changes_run ON finding_changes (run_id, t);
 """
 
 
@@ -124,7 +129,8 @@ def _connect(path: Path, *, read_only: bool) -> sqlite3.Connection:
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        conn.execute("PRAGMA busy_timeout = 5000")  # another driftwatch writing the same file
+        # Another driftwatch may be writing the same file; the writer thread can afford to wait.
+        conn.execute(f"PRAGMA busy_timeout = {5000 if read_only else 30000}")
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
             raise HistoryError(f"history {path} was written by a newer driftwatch")
@@ -133,6 +139,7 @@ def _connect(path: Path, *, read_only: bool) -> sqlite3.Connection:
             if version == 0:
                 conn.execute("PRAGMA auto_vacuum = INCREMENTAL")  # before the first table
                 conn.execute("PRAGMA journal_mode = WAL")
+                # IF NOT EXISTS: another driftwatch may be creating it at the same time.
                 conn.executescript(f"BEGIN; {_SCHEMA} PRAGMA user_version = 1; COMMIT;")
             conn.execute("PRAGMA synchronous = NORMAL")  # WAL: durable at checkpoints
         elif version == 0:
@@ -142,6 +149,20 @@ def _connect(path: Path, *, read_only: bool) -> sqlite3.Connection:
     except OSError as err:
         raise HistoryError(f"cannot use the history {path}: {err.strerror}") from err
     return conn
+
+
+def _likely_cause(path: Path) -> str:
+    """Why writes to ``path`` may fail, as far as this process can tell: size limit, space."""
+    limit, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if limit != resource.RLIM_INFINITY:
+        return f" (file size limit {human_bytes(limit)}: ulimit -f)"
+    try:
+        free = os.statvfs(path.parent)
+    except OSError:
+        return ""
+    if free.f_bavail * free.f_frsize < 16 * 2**20:
+        return f" (no space left on {path.parent})"
+    return ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,12 +267,11 @@ class History:
             if self._clock() >= self._runs_pruned_at + PRUNE_RUNS_SECONDS:
                 self._prune_runs()
         except sqlite3.Error as err:
-            self.failed = str(err)
+            self.failed = f"{err}{_likely_cause(self.path)}"
             log.warning(
-                "history stopped: cannot write %s: %s (disk full or over a size limit?); "
-                "monitoring goes on without it",
+                "history stopped: cannot write %s: %s; monitoring goes on without it",
                 self.path,
-                err,
+                self.failed,
             )
 
     def _write(self, batch: _Batch) -> None:
