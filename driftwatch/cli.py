@@ -192,7 +192,7 @@ def _watch(
                 findings_file.write(finding.to_json(run_name) + "\n")
 
         history = History(options.db, options.retention)
-        stack.callback(_close_history, history, run_name)
+        stack.callback(history.close)
         monitor = Monitor(
             run_name,
             target.info,
@@ -225,17 +225,13 @@ def _watch(
                 print(plain_line(snapshot, monitor.store), flush=True)
 
         reason = watch(monitor, options.interval, stop, show)
-    return monitor, reason, started
-
-
-def _close_history(history: History, run_name: str) -> None:
-    history.close()
     if history.failed is None:
         print(
             f"driftwatch: history of {run_name} in {history.path} "
             f"(driftwatch report --db {history.path} {run_name})",
             file=sys.stderr,
         )
+    return monitor, reason, started
 
 
 IntervalOption = Annotated[float, typer.Option(help="Seconds between samples.")]

@@ -8,22 +8,24 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from driftwatch.errors import HistoryError
+from driftwatch.errors import HistoryError, TargetGone
 from driftwatch.findings import Severity
 from driftwatch.history import History, HistoryReader, default_db_path
-from driftwatch.monitor import Snapshot
+from driftwatch.monitor import Monitor, Snapshot, watch
 from driftwatch.series import Sample
 from driftwatch.store import Store
 from driftwatch.target import TargetInfo
 from tests import synthetic_run
 from tests.conftest import run_cli, wait_for
 from tests.synthetic_run import START, TARGET, TICK
+from tests.test_monitor import INFO, Clock, ScriptedSource
 
 
 def read(db: Path, run: str | None = None) -> tuple[HistoryReader, int]:
@@ -125,6 +127,20 @@ def test_a_restarted_monitor_resumes_the_run_of_the_same_process(tmp_path: Path)
     with pytest.raises(HistoryError, match=r"no run 'nope'.*it has: train"):
         reader.run("nope")
     reader.close()
+
+
+def test_a_monitor_records_its_ticks_and_why_it_ended(tmp_path: Path) -> None:
+    db = tmp_path / "history.db"
+    history = History(db)
+    gone = TargetGone(INFO.pid, "process 1234 has exited")
+    source = ScriptedSource("process", "rss_bytes", [1.0, 2.0, gone])
+    recorder = history.recorder("train", INFO)
+    monitor = Monitor("train", INFO, [source], clock=Clock(), recorder=recorder)
+    assert watch(monitor, 0.0, threading.Event()) == "process 1234 has exited"
+    history.close()
+    reader, run_id = read(db)
+    assert reader.run(None).ended == "process 1234 has exited"
+    assert [b.mean for b in reader.series(run_id)[("rss_bytes", ())]] == [1.5]
 
 
 def test_runs_past_the_retention_are_deleted(tmp_path: Path) -> None:
