@@ -20,7 +20,7 @@ import typer
 from rich.console import Console
 from rich.live import Live
 
-from driftwatch import __version__
+from driftwatch import __version__, bundle
 from driftwatch.analyze import analyze as analyze_path
 from driftwatch.channel import channel_path, remove_channel, runtime_dir
 from driftwatch.detect.catalog import default_engine
@@ -386,6 +386,49 @@ def doctor() -> None:
     for check in run_checks():
         mark = "ok " if check.ok else "-- "
         print(f"{mark} {check.name:<11} {check.detail}")
+
+
+OutputOption = Annotated[
+    Path | None, typer.Option(help="Write the files into this directory instead of printing.")
+]
+
+
+def _deliver(assets: list[bundle.Asset], output: Path | None) -> None:
+    """Print the one asset, or write them all into ``output`` and say where."""
+    if output is not None:
+        for path in bundle.write(assets, output):
+            print(path)
+        return
+    (asset,) = assets
+    sys.stdout.write(asset.text)
+
+
+@app.command()
+def rules(
+    output: OutputOption = None,
+    kubernetes: Annotated[
+        bool, typer.Option(help="As a PrometheusRule resource for the Prometheus Operator.")
+    ] = False,
+) -> None:
+    """Print driftwatch's Prometheus recording and alerting rules."""
+    _deliver([bundle.prometheus_rule() if kubernetes else bundle.rules()], output)
+
+
+@app.command()
+def dashboards(
+    name: Annotated[
+        str | None, typer.Argument(help=f"Dashboard to print: {', '.join(bundle.DASHBOARDS)}.")
+    ] = None,
+    output: OutputOption = None,
+) -> None:
+    """Print one of driftwatch's Grafana dashboards, or write them all with --output."""
+    found = bundle.dashboards()
+    choices = ", ".join(found)
+    if name is None and output is None:
+        raise UsageError(f"name a dashboard to print ({choices}), or write all with --output DIR")
+    if name is not None and name not in found:
+        raise UsageError(f"no dashboard {name!r}: choose one of {choices}")
+    _deliver([found[name]] if name is not None else list(found.values()), output)
 
 
 def main() -> None:

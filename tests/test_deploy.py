@@ -1,0 +1,136 @@
+"""Deployment files: every manifest parses, Prometheus accepts its configuration, the
+PrometheusRule is the rule file, systemd accepts the unit; and the two bundle commands."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from driftwatch import bundle
+from tests.conftest import REPO, run_cli
+
+DEPLOY = REPO / "deploy"
+MANIFESTS = sorted(DEPLOY.rglob("*.yaml")) + sorted(DEPLOY.rglob("*.yml"))
+
+
+def load(path: Path) -> Any:
+    return yaml.safe_load(path.read_text())
+
+
+def test_every_manifest_parses() -> None:
+    assert len(MANIFESTS) >= 8
+    for path in MANIFESTS:
+        assert isinstance(load(path), dict), path
+
+
+def test_prometheus_configuration_passes_promtool(promtool: str, tmp_path: Path) -> None:
+    # The compose file mounts the rules at the path the configuration names; here they are
+    # where the repository has them.
+    config = load(DEPLOY / "compose" / "prometheus.yml")
+    (mounted,) = config["rule_files"]
+    config["rule_files"] = [str(DEPLOY / "prometheus" / Path(mounted).name)]
+    path = tmp_path / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config))
+    done = subprocess.run(
+        [promtool, "check", "config", str(path)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [job["job_name"] for job in config["scrape_configs"]] == ["driftwatch"]
+
+
+def test_compose_mounts_exist() -> None:
+    compose = load(DEPLOY / "compose" / "compose.yaml")
+    for service in compose["services"].values():
+        for volume in service["volumes"]:
+            source = volume.split(":")[0]
+            if source.startswith("."):
+                assert (DEPLOY / "compose" / source).exists(), volume
+
+
+def test_prometheus_rule_is_generated_from_the_rule_file() -> None:
+    committed = (DEPLOY / "kubernetes" / "prometheusrule.yaml").read_text()
+    assert committed == bundle.prometheus_rule().text, "run: driftwatch rules --kubernetes"
+    resource = yaml.safe_load(committed)
+    assert resource["kind"] == "PrometheusRule"
+    assert resource["spec"] == yaml.safe_load(bundle.rules().text)
+
+
+def test_daemonset_least_privileges() -> None:
+    daemonset = load(DEPLOY / "kubernetes" / "daemonset.yaml")
+    pod = daemonset["spec"]["template"]["spec"]
+    assert pod["hostPID"] is True
+    assert pod["automountServiceAccountToken"] is False
+    (container,) = pod["containers"]
+    assert container["args"] == ["daemon", "--listen", "0.0.0.0:19461"]
+    security = container["securityContext"]
+    assert security["privileged"] is False
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["capabilities"] == {"drop": ["ALL"], "add": ["SYS_PTRACE", "DAC_READ_SEARCH"]}
+    assert all(mount["readOnly"] for mount in container["volumeMounts"])
+
+
+def test_service_and_monitor_select_the_daemons() -> None:
+    labels = load(DEPLOY / "kubernetes" / "daemonset.yaml")["spec"]["template"]["metadata"]
+    service = load(DEPLOY / "kubernetes" / "service.yaml")
+    monitor = load(DEPLOY / "kubernetes" / "servicemonitor.yaml")
+    assert service["spec"]["selector"].items() <= labels["labels"].items()
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    )
+    # The Service's name is the `job` label the rules expect.
+    assert service["metadata"]["name"] == "driftwatch"
+    assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"]
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze")
+def test_systemd_accepts_the_unit(tmp_path: Path) -> None:
+    # The unit names where pip installs driftwatch; here it is this interpreter's.
+    unit = (DEPLOY / "systemd" / "driftwatch.service").read_text()
+    assert "ExecStart=/opt/driftwatch/bin/driftwatch daemon --listen 0.0.0.0:19461" in unit
+    local = tmp_path / "driftwatch.service"
+    local.write_text(unit.replace("/opt/driftwatch/bin", str(Path(sys.executable).parent)))
+    done = subprocess.run(
+        ["systemd-analyze", "verify", str(local)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip() == "", done.stderr
+
+
+def test_rules_command_prints_the_rule_file() -> None:
+    done = run_cli("rules")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == bundle.rules().text
+    kubernetes = run_cli("rules", "--kubernetes")
+    assert yaml.safe_load(kubernetes.stdout)["kind"] == "PrometheusRule"
+
+
+def test_dashboards_command_prints_one_or_writes_all(tmp_path: Path) -> None:
+    assert run_cli("dashboards", "run").stdout == bundle.dashboards()["run"].text
+    done = run_cli("dashboards", "--output", str(tmp_path / "new"))
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in (tmp_path / "new").iterdir()) == [
+        "driftwatch-fleet.json",
+        "driftwatch-run.json",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["dashboards"], "name a dashboard to print (fleet, run), or write all with --output"),
+        (["dashboards", "nope"], "no dashboard 'nope': choose one of fleet, run"),
+        (["rules", "--output", "/proc/driftwatch"], "--output /proc/driftwatch: cannot write"),
+    ],
+)
+def test_bundle_commands_fail_in_one_line(args: list[str], message: str) -> None:
+    done = run_cli(*args)
+    assert done.returncode == 1
+    assert done.stderr.startswith(f"driftwatch: error: {message}"), done.stderr
+    assert len(done.stderr.splitlines()) == 1
