@@ -182,7 +182,7 @@ class _Batch:
     buckets: list[tuple[str, str, float, Bucket]]  # series, labels JSON, tier width, row
     findings: list[_FindingState]
     changes: list[tuple[str, float, str | None]]  # kind, when, severity (None: cleared)
-    ended: str | None = None
+    ended: str | None
 
 
 _STOP = object()

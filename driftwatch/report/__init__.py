@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -103,7 +103,7 @@ class Report:
     run: RunRecord
     panels: list[Panel]
     series: list[SeriesSummary]
-    findings: list[StoredFinding] = field(default_factory=list)
+    findings: list[StoredFinding]
 
     @property
     def start(self) -> float:

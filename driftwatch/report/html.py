@@ -179,7 +179,8 @@ def _value_range(panel: Panel) -> tuple[float, float]:
             values.append(line.limit)
     low, high = min(values), max(values)
     pad = (high - low) * 0.08 or abs(high) * 0.05 or 1.0
-    return low - pad, high + pad
+    floor = 0.0 if low >= 0 else -math.inf  # sizes and durations: no axis below zero
+    return max(low - pad, floor), high + pad
 
 
 def _chart(panel: Panel, findings: list[StoredFinding], span: tuple[float, float]) -> str:
