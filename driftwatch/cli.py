@@ -209,8 +209,8 @@ def _watch(
         )
         stack.callback(server.close)
         print(
-            f"driftwatch: watching {run_name} (pid {target.pid}); metrics at {server.url}; "
-            f"history in {history.path}",
+            f"driftwatch: watching {run_name} (pid {target.pid}); history in {history.path}; "
+            f"metrics at {server.url}",
             file=sys.stderr,
         )
         started = time.time()
