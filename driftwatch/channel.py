@@ -8,7 +8,8 @@ nothing about what records mean (see ``driftwatch.hook.protocol``) and uses the 
 so it is safe to import inside a training process.
 
 Files live in a private directory (``runtime_dir()``, mode 0700, refused if anyone else can
-get in) and are named ``<pid>-<round(create_time * 100)>.dwc`` with ``create_time`` as psutil
+get in, or if it sits in a directory anyone may write to without the sticky bit) and are
+named ``<pid>-<round(create_time * 100)>.dwc`` with ``create_time`` as psutil
 reports it, so a monitor that knows ``(pid, create_time)`` of its target finds the right file
 and a reused PID never matches an old one. Next to each, ``<same stem>.json`` holds the
 writer's metadata, replaced atomically as a whole.
@@ -75,6 +76,8 @@ VERSION = 1
 SUFFIX = ".dwc"
 META_SUFFIX = ".json"
 DEFAULT_CAPACITY = 65536
+MAX_META_BYTES = 1 << 20
+"""A larger metadata sidecar is ignored: the reader never loads an unbounded file."""
 
 _HEADER = struct.Struct("<8sIIIId")
 _BODY = struct.Struct("<IIddd")  # a record after its seq
@@ -122,11 +125,13 @@ def ensure_private_dir(path: str | os.PathLike[str]) -> Path:
     """Create ``path`` (mode 0700) if needed and check that only this user can get into it.
 
     Refuses a symlink, a directory of another user, or one that group or others can enter:
-    anyone who can write there could plant or swap a channel file.
+    anyone who can write there could plant or swap a channel file; likewise one whose parent
+    anyone may write to without the sticky bit, where it could be swapped as a whole.
     """
     directory = Path(path)
     try:
         directory.parent.mkdir(parents=True, exist_ok=True)
+        _refuse_open_directory(directory.parent)
         try:
             os.mkdir(directory, 0o700)
             os.chmod(directory, 0o700)  # the umask may have removed owner bits
@@ -153,6 +158,18 @@ def ensure_private_dir(path: str | os.PathLike[str]) -> Path:
             f"(mode {stat.S_IMODE(info.st_mode):04o}); run: chmod 700 {directory}"
         )
     return directory
+
+
+def _refuse_open_directory(directory: Path) -> None:
+    """Raise ``ChannelError`` if anyone may write to ``directory`` and its sticky bit is off:
+    there, anyone could rename or replace the files and directories it holds."""
+    mode = os.stat(directory).st_mode
+    if mode & stat.S_IWOTH and not mode & stat.S_ISVTX:
+        raise ChannelError(
+            f"{directory} is writable by every user and lacks the sticky bit "
+            f"(mode {stat.S_IMODE(mode):04o}), so anyone could replace channel files there; "
+            f"run: chmod +t {directory}, or set DRIFTWATCH_RUNTIME_DIR"
+        )
 
 
 def channel_path(directory: str | os.PathLike[str], pid: int, create_time: float) -> Path:
@@ -376,11 +393,17 @@ class ChannelReader:
         self._next = max(1, self._head() - capacity + 1)  # seq of the next record to return
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str]) -> ChannelReader:
-        """Map the channel file ``path`` read-only, after checking it is a safe, valid channel."""
+    def open(cls, path: str | os.PathLike[str], owner: int | None = None) -> ChannelReader:
+        """Map the channel file ``path`` read-only, after checking it is a safe, valid channel.
+
+        The file must belong to ``owner`` (by default this user; a privileged monitor passes
+        its target's) and sit in a directory not open to every user without the sticky bit.
+        """
         path = Path(path)
         _require_little_endian()
+        owner = os.geteuid() if owner is None else owner
         try:
+            _refuse_open_directory(path.parent)
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except FileNotFoundError as err:
             raise ChannelError(f"no channel file {path} (is the hook running?)") from err
@@ -392,11 +415,10 @@ class ChannelReader:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
                 raise ChannelError(f"{path} is not a regular file")
-            euid = os.geteuid()
-            if euid != 0 and info.st_uid != euid:
+            if info.st_uid != owner:
                 raise ChannelError(
-                    f"channel file {path} is owned by uid {info.st_uid}, not by this user "
-                    f"(uid {euid}); refusing it"
+                    f"channel file {path} is owned by uid {info.st_uid}, not by the watched "
+                    f"process's user (uid {owner}); refusing it"
                 )
             if info.st_size < HEADER_SIZE:
                 raise ChannelError(f"{path} is not a driftwatch channel (too short)")
@@ -466,7 +488,11 @@ class ChannelReader:
         """The writer's metadata sidecar; empty if missing or malformed."""
         meta_path = _meta_path(self.path)
         try:
-            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            with open(meta_path, "rb") as file:
+                text = file.read(MAX_META_BYTES + 1)
+            if len(text) > MAX_META_BYTES:
+                raise ValueError(f"larger than {MAX_META_BYTES} bytes")
+            meta = json.loads(text)
         except (OSError, ValueError) as err:
             log.debug("no usable channel metadata in %s: %s", meta_path, err)
             return {}

@@ -6,6 +6,7 @@ import logging
 import math
 import os
 import signal
+import ssl
 import sys
 import threading
 import time
@@ -26,7 +27,13 @@ from driftwatch.channel import channel_path, remove_channel, runtime_dir
 from driftwatch.detect.catalog import default_engine
 from driftwatch.doctor import run_checks
 from driftwatch.errors import DriftwatchError, TargetGone, UsageError
-from driftwatch.export.http import DEFAULT_HOST, DEFAULT_PORT, MetricsServer, parse_listen
+from driftwatch.export.http import (
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    MetricsServer,
+    TlsConfig,
+    parse_listen,
+)
 from driftwatch.export.prometheus import metrics_app
 from driftwatch.findings import Finding
 from driftwatch.history import DEFAULT_RETENTION, History, HistoryReader, default_db_path
@@ -132,6 +139,7 @@ class WatchOptions:
     run: str | None
     db: Path
     retention: float
+    tls: ssl.SSLContext | None  # checked: its files load
 
     @classmethod
     def parse(
@@ -143,6 +151,7 @@ class WatchOptions:
         run: str | None,
         db: Path | None,
         retention: str,
+        tls: tuple[Path | None, Path | None, Path | None],
     ) -> WatchOptions:
         host, port = parse_listen(listen)
         return cls(
@@ -154,14 +163,26 @@ class WatchOptions:
             run,
             db or default_db_path(),
             _check_retention(retention),
+            _tls_context(*tls),
         )
+
+
+def _tls_context(
+    cert: Path | None, key: Path | None, client_ca: Path | None
+) -> ssl.SSLContext | None:
+    if cert is None and key is None:
+        if client_ca is not None:
+            raise UsageError("--tls-client-ca needs --tls-cert and --tls-key")
+        return None
+    if cert is None or key is None:
+        raise UsageError("--tls-cert and --tls-key go together: give both")
+    return TlsConfig(cert, key, client_ca).context()
 
 
 def _sources(target: Target, logdirs: list[Path]) -> list[Source]:
     """Every source for one target; the hook's steps, when it has one, beat event files'."""
-    hook = HookSource(
-        runtime_dir(target.environ(), target.info.uid), target.pid, target.info.create_time
-    )
+    uid = target.info.uid
+    hook = HookSource(runtime_dir(target.environ(), uid), target.pid, target.info.create_time, uid)
     return [
         ProcessSource(target),  # first: it notices a reused PID before the others read
         hook,
@@ -206,6 +227,7 @@ def _watch(
             options.host,
             options.port,
             f"watching {run_name}",
+            options.tls,
         )
         stack.callback(server.close)
         print(
@@ -255,6 +277,14 @@ DbOption = Annotated[
 RetentionOption = Annotated[
     str, typer.Option(help="Delete runs from the history once not seen for this long (e.g. 28d).")
 ]
+TlsCertOption = Annotated[
+    Path | None, typer.Option(help="Serve /metrics over HTTPS with this PEM certificate (chain).")
+]
+TlsKeyOption = Annotated[Path | None, typer.Option(help="The PEM private key of --tls-cert.")]
+TlsClientCaOption = Annotated[
+    Path | None,
+    typer.Option(help="Require scrapers' client certificates signed by this CA (file or dir)."),
+]
 DEFAULT_LISTEN = f"{DEFAULT_HOST}:{DEFAULT_PORT}"
 DEFAULT_RETENTION_TEXT = f"{DEFAULT_RETENTION / 86400:.0f}d"
 
@@ -269,9 +299,13 @@ def attach(
     run: RunOption = None,
     db: DbOption = None,
     retention: RetentionOption = DEFAULT_RETENTION_TEXT,
+    tls_cert: TlsCertOption = None,
+    tls_key: TlsKeyOption = None,
+    tls_client_ca: TlsClientCaOption = None,
 ) -> None:
     """Watch a running process that was started without driftwatch."""
-    options = WatchOptions.parse(interval, listen, logdir, findings, run, db, retention)
+    tls = (tls_cert, tls_key, tls_client_ca)
+    options = WatchOptions.parse(interval, listen, logdir, findings, run, db, retention, tls)
     target = Target.attach(pid)
     run_name = options.run or default_run_name(list(target.info.command), target.info.name)
     stop = threading.Event()
@@ -293,6 +327,9 @@ def run(
     run: RunOption = None,
     db: DbOption = None,
     retention: RetentionOption = DEFAULT_RETENTION_TEXT,
+    tls_cert: TlsCertOption = None,
+    tls_key: TlsKeyOption = None,
+    tls_client_ca: TlsClientCaOption = None,
     hook: Annotated[
         bool, typer.Option(help="Inject the in-process hook into Keras's fit (no code change).")
     ] = True,
@@ -305,7 +342,8 @@ def run(
     ] = False,
 ) -> None:
     """Run a training command under driftwatch, with the hook injected; exit with its code."""
-    options = WatchOptions.parse(interval, listen, logdir, findings, run, db, retention)
+    tls = (tls_cert, tls_key, tls_client_ca)
+    options = WatchOptions.parse(interval, listen, logdir, findings, run, db, retention, tls)
     run_name = options.run or default_run_name(command, Path(command[0]).name)
     env = child_environment(dict(os.environ), hook, run_name)
     if cpu_allocator_stats:

@@ -18,7 +18,7 @@ from driftwatch.detect import Engine
 from driftwatch.errors import SourceUnavailable, TargetGone
 from driftwatch.findings import Finding
 from driftwatch.history import RunRecorder
-from driftwatch.series import SERIES, Export, SeriesKey
+from driftwatch.series import SERIES, Export, LabelSetLimit, SeriesKey
 from driftwatch.sources import Source
 from driftwatch.store import Store
 from driftwatch.target import TargetInfo
@@ -70,6 +70,7 @@ class Monitor:
         self.target = target
         self.store = store if store is not None else Store()
         self._sources = list(sources)
+        self._label_sets = LabelSetLimit()
         self._down: dict[str, str] = {}
         self._engine = engine if engine is not None else Engine([])
         self._clock = clock
@@ -95,6 +96,7 @@ class Monitor:
                 log.exception("source %s failed", source.name)
                 self._disable(source, f"internal error: {err!r}")
             else:
+                samples = self._label_sets.admit(samples)
                 self.store.extend(samples)
                 for sample in samples:
                     self._engine.observe(sample)

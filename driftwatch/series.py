@@ -9,10 +9,19 @@ emits it.
 from __future__ import annotations
 
 import enum
+import logging
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
 
 Labels = tuple[tuple[str, str], ...]
 """Extra identity of a series beyond the run, e.g. ``(("gpu", "0"),)``; sorted by name."""
+
+MAX_LABEL_SETS = 32
+"""Label sets one series may have in a run (GPUs, TF devices): more are dropped."""
+MAX_LABEL_VALUE_CHARS = 128
+"""Label values from outside input (the hook's metadata) are cut to this length."""
 
 
 class Kind(enum.Enum):
@@ -188,3 +197,43 @@ SeriesKey = tuple[str, Labels]
 
 def key_of(sample: Sample) -> SeriesKey:
     return (sample.series, sample.labels)
+
+
+def checked_labels(series: str, labels: Mapping[object, object]) -> Labels | None:
+    """The labels of a ``series`` named by outside input, in table form; None when the table
+    has no such series or it takes other label names. Values are cut to a bounded length."""
+    spec = SERIES.get(series)
+    if spec is None or sorted(map(str, labels)) != sorted(spec.label_names):
+        return None
+    return tuple(sorted((str(k), str(v)[:MAX_LABEL_VALUE_CHARS]) for k, v in labels.items()))
+
+
+class LabelSetLimit:
+    """Admits at most ``limit`` label sets per series, the first ones seen.
+
+    Bounds the memory of the store and the detectors and the exported cardinality, whatever
+    a source sends; each series that reaches the limit is logged once.
+    """
+
+    def __init__(self, limit: int = MAX_LABEL_SETS) -> None:
+        self._limit = limit
+        self._seen: dict[str, set[Labels]] = {}
+        self._full: set[str] = set()
+
+    def admit(self, samples: Iterable[Sample]) -> list[Sample]:
+        admitted = []
+        for sample in samples:
+            seen = self._seen.setdefault(sample.series, set())
+            if sample.labels not in seen:
+                if len(seen) >= self._limit:
+                    if sample.series not in self._full:
+                        self._full.add(sample.series)
+                        log.warning(
+                            "%s has %d label sets already; samples with new labels are dropped",
+                            sample.series,
+                            self._limit,
+                        )
+                    continue
+                seen.add(sample.labels)
+            admitted.append(sample)
+        return admitted

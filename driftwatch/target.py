@@ -12,32 +12,49 @@ import psutil
 
 from driftwatch.errors import TargetAccessDenied, TargetGone, TargetZombie
 
-_SECRET_FLAG = re.compile(
-    r"^(-{1,2}[\w.-]*(?:pass(?:word|wd)?|secret|token|api[_-]?key|credential)[\w.-]*)(=|$)",
-    re.IGNORECASE,
+_SECRET_WORD = (
+    r"(?:pass(?:word|wd|phrase)?|secret|token|api[_-]?key|access[_-]?key|private[_-]?key"
+    r"|credentials?|authorization)"
 )
+_SECRET_FLAG = re.compile(rf"^(-{{1,2}}[\w.-]*{_SECRET_WORD}[\w.-]*)(=|$)", re.IGNORECASE)
+_SECRET_ASSIGNMENT = re.compile(rf"^([A-Za-z_][\w.]*{_SECRET_WORD}\w*)=", re.IGNORECASE)
+"""``NAME=value`` as ``env`` and shells pass environment variables, e.g. ``AWS_SECRET=x``."""
+_URL_USERINFO = re.compile(r"\b([a-z][a-z0-9+.-]*://)[^/\s@]+@", re.IGNORECASE)
+_SECRET_QUERY = re.compile(rf"([?&][\w.-]*{_SECRET_WORD}[\w.-]*=)[^&#\s]*", re.IGNORECASE)
+HIDDEN = "***"
+
+
+def _redact_inline(arg: str) -> str:
+    """``arg`` with credentials in URLs (``user:pass@``, ``?token=``) replaced."""
+    arg = _URL_USERINFO.sub(rf"\1{HIDDEN}@", arg)
+    return _SECRET_QUERY.sub(rf"\1{HIDDEN}", arg)
 
 
 def redact_command(argv: list[str]) -> list[str]:
-    """The command line with values of secret-looking flags replaced by ``***``.
+    """The command line with secret-looking values replaced by ``***``.
 
-    Handles both ``--password=x`` and ``--password x`` forms.
+    Covers ``--password=x`` and ``--token x`` style flags (any flag naming a password,
+    secret, token, API or access key, or credentials), ``NAME_SECRET=x`` environment
+    assignments, and credentials in URLs (``scheme://user:pass@host``, ``?api_key=x``).
     """
     redacted: list[str] = []
     hide_next = False
     for arg in argv:
         if hide_next:
-            redacted.append("***")
+            redacted.append(HIDDEN)
             hide_next = False
             continue
-        match = _SECRET_FLAG.match(arg)
-        if match and match.group(2) == "=":
-            redacted.append(f"{match.group(1)}=***")
-        elif match:
+        flag = _SECRET_FLAG.match(arg)
+        assignment = _SECRET_ASSIGNMENT.match(arg)
+        if flag and flag.group(2) == "=":
+            redacted.append(f"{flag.group(1)}={HIDDEN}")
+        elif flag:
             redacted.append(arg)
             hide_next = True
+        elif assignment:
+            redacted.append(f"{assignment.group(1)}={HIDDEN}")
         else:
-            redacted.append(arg)
+            redacted.append(_redact_inline(arg))
     return redacted
 
 

@@ -367,7 +367,7 @@ def test_runtime_dir_follows_the_environment(monkeypatch: pytest.MonkeyPatch) ->
 def test_files_and_directory_are_private(tmp_path: Path) -> None:
     old_umask = os.umask(0)
     try:
-        directory = ensure_private_dir(tmp_path / "a" / "b")
+        directory = ensure_private_dir(tmp_path / "b")
         writer = ChannelWriter.create(directory, 1, 1.0, capacity=1)
         writer.set_meta({})
     finally:
@@ -403,14 +403,37 @@ def test_a_directory_of_another_user_is_refused(tmp_path: Path) -> None:
 
 
 @needs_root
-def test_a_channel_of_another_user_is_refused_unless_root(
-    writer: ChannelWriter, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_channel_of_another_user_than_the_targets_is_refused(writer: ChannelWriter) -> None:
     os.chown(writer.path, 65534, 65534)
-    ChannelReader.open(writer.path).close()  # root may watch anyone's process
-    monkeypatch.setattr(os, "geteuid", lambda: 1000)  # an ordinary user may not
-    with pytest.raises(ChannelError, match="owned by uid 65534"):
-        ChannelReader.open(writer.path)
+    ChannelReader.open(writer.path, owner=65534).close()  # root watching nobody's process
+    with pytest.raises(ChannelError, match=r"owned by uid 65534.*uid 0\)"):
+        ChannelReader.open(writer.path)  # planted for root's own process
+    with pytest.raises(ChannelError, match=r"owned by uid 65534.*uid 1000\)"):
+        ChannelReader.open(writer.path, owner=1000)
+
+
+@pytest.mark.parametrize("opened", ["reader", "writer"])
+def test_a_world_writable_directory_without_the_sticky_bit_is_refused(
+    tmp_path: Path, opened: str
+) -> None:
+    shared = tmp_path / "shared"
+    channels = ensure_private_dir(shared / "channels")
+    writer = ChannelWriter.create(channels, 1, 1.0, capacity=1)
+    # The reader checks the channel's own directory, the writer its private one's parent.
+    parent = channels if opened == "reader" else shared
+
+    def open_up() -> None:
+        if opened == "reader":
+            ChannelReader.open(writer.path).close()
+        else:
+            ensure_private_dir(channels)
+
+    parent.chmod(0o777)
+    with pytest.raises(ChannelError, match=rf"{parent} is writable by every user.*chmod \+t"):
+        open_up()
+    parent.chmod(0o1777)  # like /tmp: only owners may rename or remove entries
+    open_up()
+    writer.close()
 
 
 def test_a_symlinked_channel_is_refused(writer: ChannelWriter) -> None:

@@ -139,12 +139,14 @@ def test_simple_value_scalars(tmp_path: Path) -> None:
     assert latest(samples)["nonfinite_total"] == 4
 
 
-def test_partial_last_record_is_read_once_completed(tmp_path: Path, log: Log) -> None:
+@pytest.mark.parametrize("written", [5, 10, 20, -1], ids=["length", "length-crc", "data", "crc"])
+def test_partial_last_record_is_read_once_completed(tmp_path: Path, log: Log, written: int) -> None:
+    """The writer is cut off ``written`` bytes into a record (-1: all but the last byte)."""
     log.scalar(1, 100.0, loss=1.0)
     record = log.scalar(2, 103.0, loss=math.nan)
     log.close()
     size = log.path.stat().st_size
-    tail = log.path.read_bytes()[size - record // 2 :]
+    tail = log.path.read_bytes()[size - record + written % record :]
     os.truncate(log.path, size - len(tail))
 
     source = EventFileSource([tmp_path])
@@ -298,21 +300,70 @@ def test_access_denied_falls_back_to_logdirs_and_warns_once(
     assert len([r for r in caplog.records if "permission denied" in r.getMessage()]) == 1
 
 
-def test_corrupted_record_does_not_raise(tmp_path: Path, log: Log) -> None:
-    for step in (1, 2, 3):
-        log.scalar(step, float(step), loss=1.0)
-    log.close()
-    data = bytearray(log.path.read_bytes())
-    starts = [0]  # records: file version, steps 1, 2, 3
+def record_starts(path: Path) -> list[int]:
+    """Offsets of the records of an event file (the first is the file-version record)."""
+    data = path.read_bytes()
+    starts = [0]
     while starts[-1] < len(data):
         (length,) = struct.unpack_from("<Q", data, starts[-1])
         starts.append(starts[-1] + 12 + length + 4)
-    data[starts[2] + 12] ^= 0xFF  # first data byte of step 2's record: its CRC fails
-    log.path.write_bytes(data)
+    return starts[:-1]
 
+
+def corrupt(path: Path, offset: int) -> None:
+    with path.open("r+b") as file:
+        file.seek(offset)
+        byte = file.read(1)
+        file.seek(offset)
+        file.write(bytes([byte[0] ^ 0xFF]))
+
+
+def warnings_about(path: Path, caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if str(path) in r.getMessage()]
+
+
+def test_a_record_failing_its_checksum_is_skipped_with_one_warning(
+    tmp_path: Path, log: Log, caplog: pytest.LogCaptureFixture
+) -> None:
+    for step in (1, 2, 3):
+        log.scalar(step, float(step), loss=1.0)
+    log.flush()
+    corrupt(log.path, record_starts(log.path)[2] + 12)  # step 2's first data byte
     source = EventFileSource([tmp_path])
-    assert latest(source.sample(0.0))["train_step"] == 1
-    assert latest(source.sample(1.0))["train_step"] == 1
+    with caplog.at_level(logging.WARNING):
+        assert latest(source.sample(0.0))["train_step"] == 3
+        log.scalar(4, 4.0, loss=1.0)
+        log.flush()
+        corrupt(log.path, record_starts(log.path)[4] + 12)  # step 4's: skipped silently
+        log.scalar(5, 5.0, loss=1.0)
+        log.flush()
+        assert latest(source.sample(1.0))["train_step"] == 5
+    (warning,) = warnings_about(log.path, caplog)
+    assert "fails its checksum and is skipped" in warning
+
+
+def test_a_file_whose_framing_is_lost_is_dropped_with_one_warning_others_go_on(
+    tmp_path: Path, log: Log, caplog: pytest.LogCaptureFixture
+) -> None:
+    other = Log(tmp_path / "train")
+    for step in (1, 2, 3):
+        log.scalar(step, float(step), loss=1.0)
+        other.scalar(step, float(step) + 0.5, acc=1.0)
+    log.flush()
+    other.flush()
+    corrupt(log.path, record_starts(log.path)[2])  # step 2's length
+    source = EventFileSource([tmp_path])
+    with caplog.at_level(logging.WARNING):
+        assert latest(source.sample(0.0))["train_step"] == 3  # from the other file
+        other.scalar(4, 4.5, acc=1.0)
+        other.flush()
+        values = latest(source.sample(1.0))
+    other.close()
+    assert values["train_step"] == 4
+    assert values["event_files"] == 2  # still counted and sized
+    (warning,) = warnings_about(log.path, caplog)
+    assert f"corrupt at byte {record_starts(log.path)[2]}" in warning
+    assert "no longer read" in warning
 
 
 def test_read_budget_spreads_a_backlog_over_ticks_losing_nothing(tmp_path: Path, log: Log) -> None:

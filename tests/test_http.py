@@ -1,15 +1,28 @@
 from __future__ import annotations
 
+import re
 import socket
+import ssl
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from driftwatch.errors import ListenError, UsageError
-from driftwatch.export.http import DEFAULT_HOST, DEFAULT_PORT, MetricsServer, parse_listen
+from driftwatch.export.http import (
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    MetricsServer,
+    TlsConfig,
+    parse_listen,
+)
 from driftwatch.export.prometheus import metrics_app
+from tests.conftest import run_cli
+from tests.test_cli import assert_one_line_error
 
 
 @pytest.fixture
@@ -88,6 +101,136 @@ def test_parse_listen_rejects_malformed_addresses(text: str) -> None:
         parse_listen(text)
 
 
-def test_default_port_is_outside_the_allocated_exporter_range() -> None:
+def test_default_listener_is_loopback_outside_the_allocated_exporter_range() -> None:
+    assert DEFAULT_HOST == "127.0.0.1"
     assert not 9100 <= DEFAULT_PORT <= 9999
     assert DEFAULT_PORT < 32768  # below Linux's ephemeral range
+
+
+class Pki:
+    """A throwaway CA with a server certificate for 127.0.0.1 and client certificates, made
+    by the openssl command; ``rogue_client`` is signed by another CA."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self.ca = self._ca("ca")
+        self.server = self._signed("server", self.ca, "subjectAltName=IP:127.0.0.1")
+        self.client = self._signed("client", self.ca, "extendedKeyUsage=clientAuth")
+        self.rogue_client = self._signed("rogue", self._ca("rogue-ca"), "")
+
+    def _openssl(self, *args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=self.dir, check=True, capture_output=True)
+
+    def _ca(self, name: str) -> Path:
+        self._openssl(
+            *("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"),
+            *("-nodes", "-keyout", f"{name}.key", "-out", f"{name}.pem", "-days", "2"),
+            *("-subj", f"/CN={name}", "-addext", "basicConstraints=critical,CA:TRUE"),
+        )
+        return self.dir / f"{name}.pem"
+
+    def _signed(self, name: str, ca: Path, extension: str) -> Path:
+        """Writes ``name.pem`` and ``name.key``; returns the certificate's path."""
+        (self.dir / f"{name}.ext").write_text(extension + "\n")
+        self._openssl(
+            *("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"),
+            *("-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}"),
+        )
+        self._openssl(
+            *("x509", "-req", "-in", f"{name}.csr", "-CA", ca.name, "-CAkey", ca.stem + ".key"),
+            *("-CAcreateserial", "-out", f"{name}.pem", "-days", "2"),
+            *("-extfile", f"{name}.ext"),
+        )
+        return self.dir / f"{name}.pem"
+
+    def client_context(self, cert: Path | None = None) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=self.ca)
+        if cert is not None:
+            context.load_cert_chain(cert, cert.with_suffix(".key"))
+        return context
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return Pki(tmp_path_factory.mktemp("pki"))
+
+
+def scrape(url: str, context: ssl.SSLContext) -> str:
+    with urllib.request.urlopen(url, timeout=10, context=context) as response:
+        assert response.status == 200
+        return str(response.read().decode())
+
+
+def test_https(pki: Pki) -> None:
+    tls = TlsConfig(pki.server, pki.server.with_suffix(".key")).context()
+    running = MetricsServer(metrics_app(list), "127.0.0.1", 0, tls=tls)
+    try:
+        assert running.url == f"https://127.0.0.1:{running.port}/metrics"
+        assert "driftwatch_build_info" in scrape(running.url, pki.client_context())
+        with pytest.raises(ConnectionResetError):  # plain HTTP gets no answer
+            urllib.request.urlopen(running.url.replace("https", "http"), timeout=10)
+    finally:
+        running.close()
+
+
+def test_mutual_tls_answers_only_clients_the_ca_signed(pki: Pki) -> None:
+    tls = TlsConfig(pki.server, pki.server.with_suffix(".key"), pki.ca).context()
+    running = MetricsServer(metrics_app(list), "127.0.0.1", 0, tls=tls)
+    try:
+        assert "driftwatch_build_info" in scrape(running.url, pki.client_context(pki.client))
+        for stranger, alert in [(None, "CERTIFICATE_REQUIRED"), (pki.rogue_client, "UNKNOWN_CA")]:
+            with pytest.raises(ssl.SSLError, match=alert):
+                scrape(running.url, pki.client_context(stranger))
+    finally:
+        running.close()
+
+
+def test_a_silent_client_does_not_hold_up_https_scrapes(pki: Pki) -> None:
+    tls = TlsConfig(pki.server, pki.server.with_suffix(".key")).context()
+    running = MetricsServer(metrics_app(list), "127.0.0.1", 0, tls=tls)
+    try:
+        with socket.create_connection(("127.0.0.1", running.port)):  # connects, never speaks
+            assert "driftwatch_build_info" in scrape(running.url, pki.client_context())
+    finally:
+        running.close()
+
+
+def test_unusable_tls_files_are_usage_errors(pki: Pki, tmp_path: Path) -> None:
+    key = pki.server.with_suffix(".key")
+    with pytest.raises(UsageError, match=r"--tls-cert .*missing\.pem"):
+        TlsConfig(tmp_path / "missing.pem", key).context()
+    with pytest.raises(UsageError, match="--tls-cert"):  # a key that is not the cert's
+        TlsConfig(pki.server, pki.client.with_suffix(".key")).context()
+    with pytest.raises(UsageError, match="--tls-client-ca"):
+        TlsConfig(pki.server, key, tmp_path / "no-ca.pem").context()
+
+
+def test_attach_serves_https_and_rejects_bad_tls_flags(
+    pki: Pki, sleeper: subprocess.Popen[bytes]
+) -> None:
+    cert, key = str(pki.server), str(pki.server.with_suffix(".key"))
+    attach = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "driftwatch", "attach", str(sleeper.pid), "--interval", "1"),
+            *("--listen", "127.0.0.1:0", "--tls-cert", cert, "--tls-key", key),
+            *("--tls-client-ca", str(pki.ca)),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert attach.stderr is not None
+        url = re.search(r"metrics at (\S+)", attach.stderr.readline())
+        assert url is not None
+        assert url.group(1).startswith("https://127.0.0.1:")
+        assert "driftwatch_target_info" in scrape(url.group(1), pki.client_context(pki.client))
+    finally:
+        attach.terminate()
+        attach.wait(timeout=30)
+    for flags, needle in [
+        (["--tls-cert", cert], "--tls-key"),
+        (["--tls-cert", cert, "--tls-key", "/nonexistent.key"], "/nonexistent.key"),
+        (["--tls-client-ca", str(pki.ca)], "--tls-client-ca needs"),
+    ]:
+        assert_one_line_error(run_cli("attach", str(sleeper.pid), *flags), needle)

@@ -118,6 +118,49 @@ def test_another_users_process_without_privileges_is_access_denied(
         ),
         (["run", "--WANDB_TOKEN=x", "--tokens=5"], ["run", "--WANDB_TOKEN=***", "--tokens=***"]),
         (["python", "train.py", "--epochs", "3"], ["python", "train.py", "--epochs", "3"]),
+        (["t", "--token", "abc", "--password"], ["t", "--token", "***", "--password"]),
+        (
+            ["t", "-p", "--db-passwd", "x", "--passphrase=y"],
+            ["t", "-p", "--db-passwd", "***", "--passphrase=***"],
+        ),
+        (
+            ["t", "--aws-access-key-id=AK", "--private_key", "k"],
+            ["t", "--aws-access-key-id=***", "--private_key", "***"],
+        ),
+        (
+            ["t", "--credentials=a.json", "--authorization", "Bearer x"],
+            ["t", "--credentials=***", "--authorization", "***"],
+        ),
+        (
+            [
+                "env",
+                "AWS_SECRET_ACCESS_KEY=s",
+                "HF_TOKEN=t",
+                "db_password=p",
+                "OMP_NUM_THREADS=4",
+                "python",
+            ],
+            [
+                "env",
+                "AWS_SECRET_ACCESS_KEY=***",
+                "HF_TOKEN=***",
+                "db_password=***",
+                "OMP_NUM_THREADS=4",
+                "python",
+            ],
+        ),
+        (
+            ["t", "--db=postgres://alice:hunter2@db:5432/x", "https://ghp_abc@github.com/o/r"],
+            ["t", "--db=postgres://***@db:5432/x", "https://***@github.com/o/r"],
+        ),
+        (
+            ["t", "--url", "https://h/upload?run=1&api_key=k&x=2", "https://h/a@b"],
+            ["t", "--url", "https://h/upload?run=1&api_key=***&x=2", "https://h/a@b"],
+        ),
+        (
+            ["t", "--data", "/mnt/tokens", "key=value", "a@b.c"],
+            ["t", "--data", "/mnt/tokens", "key=value", "a@b.c"],
+        ),
     ],
 )
 def test_redact_command_hides_secret_flag_values(argv: list[str], expected: list[str]) -> None:

@@ -32,16 +32,24 @@ LEAK_CLASS_WIDTH = 120.0
 
 
 class WindowMeans:
-    """Consecutive fixed-width window means of one series: the newest ``points`` only."""
+    """Consecutive fixed-width windows of one series: the newest ``points`` means and floors.
 
-    __slots__ = ("_count", "_start", "_sum", "means", "version", "width")
+    A window's floor is its lowest reading. Memory that is garbage-collected, or a probe
+    that lands mid-step and sees activations on top, lifts the mean of some windows but not
+    their floors, while memory that is kept (a leak) lifts every floor: trends and jumps are
+    judged on floors, levels and limits on means.
+    """
+
+    __slots__ = ("_count", "_floor", "_start", "_sum", "floors", "means", "version", "width")
 
     def __init__(self, width: float, points: int) -> None:
         self.width = width
         self.means: deque[tuple[float, float]] = deque(maxlen=points)  # (window start, mean)
+        self.floors: deque[float] = deque(maxlen=points)  # the same windows' lowest readings
         self.version = 0  # counts closed windows: analyses of ``means`` can be cached on it
         self._start = math.nan
         self._sum = 0.0
+        self._floor = math.inf
         self._count = 0
 
     def add(self, t: float, value: float) -> None:
@@ -51,9 +59,11 @@ class WindowMeans:
         if start > self._start or math.isnan(self._start):
             if self._count:
                 self.means.append((self._start, self._sum / self._count))
+                self.floors.append(self._floor)
                 self.version += 1
-            self._start, self._sum, self._count = start, 0.0, 0
+            self._start, self._sum, self._floor, self._count = start, 0.0, math.inf, 0
         self._sum += value
+        self._floor = min(self._floor, value)
         self._count += 1
 
 
@@ -67,7 +77,21 @@ class Trend:
     level: float  # the newest mean
     since: float  # start of the tested segment
     points: int
-    steady: bool  # the newer half rises about as fast as the older: not levelling off
+    decay: float
+    """Seconds in which the growth rate falls by a factor e: ``inf`` unless the newer half of
+    the window rises clearly slower than the older (a warm-up levelling off)."""
+
+    def time_to(self, limit: float) -> float:
+        """Seconds until the level reaches ``limit`` if the growth goes on as it does now."""
+        headroom = limit - self.level
+        if not headroom > 0:
+            return math.inf  # already past it, or no limit known: nothing to project
+        if math.isinf(self.decay):
+            return headroom / self.slope
+        reachable = self.slope * self.decay  # what an exponentially slowing rise still adds
+        if reachable <= headroom:
+            return math.inf
+        return -self.decay * math.log1p(-headroom / reachable)
 
 
 Jump = tuple[float, float]
@@ -106,6 +130,21 @@ class MemoryThresholds:
     fast_horizon: float = 3600.0  # urgent: the limit is reached sooner than this
     min_span: float = 1200.0  # a leak holds at least this long
     scales: tuple[float, ...] = SCALES_SECONDS
+
+
+SLOWING = 0.8
+"""A window's newer half rising slower than this share of its older half's rate is a
+rise that levels off (a warm-up), not noise around a steady one."""
+
+
+def _decay(older_slope: float, newer_slope: float, half_span: float) -> float:
+    """Time constant of an exponentially slowing rise whose rate went from ``older_slope``
+    to ``newer_slope`` over ``half_span`` seconds; ``inf`` when it is not clearly slowing."""
+    if not older_slope > 0 or newer_slope >= SLOWING * older_slope:
+        return math.inf
+    if newer_slope <= 0:
+        return 0.0
+    return half_span / math.log(older_slope / newer_slope)
 
 
 class MemoryDriftDetector:
@@ -187,34 +226,36 @@ class MemoryDriftDetector:
         if len(scale.means) < self.thresholds.min_points:
             return settled, fast, jumps
         times = np.array([t for t, _ in scale.means])
-        means = np.array([m for _, m in scale.means])
-        level = float(means[-1])
-        floor = max(self.thresholds.min_growth_bytes * 4, 0.005 * level)
-        splits = level_jumps(means, min_jump=floor, k=4.0)
+        floors = np.array(scale.floors)
+        level = scale.means[-1][1]
+        smallest_jump = max(self.thresholds.min_growth_bytes * 4, 0.005 * level)
+        splits = level_jumps(floors, min_jump=smallest_jump, k=4.0)
         for i in splits:
-            jumps.append((float(times[i]), float(means[i] - means[i - 1])))
-        start = splits[-1] if splits else 0
+            jumps.append((float(times[i]), float(floors[i] - floors[i - 1])))
+        # The window a jump fell into holds readings from both sides: start after it.
+        start = splits[-1] + 1 if splits else 0
         for subset, bucket, alpha in (
             (times >= warm_until, settled, self.thresholds.alpha_settled),
             (None, fast, self.thresholds.alpha),
         ):
-            idx = np.arange(start, len(means))
+            idx = np.arange(start, len(floors))
             if subset is not None:
                 idx = idx[subset[start:]]
             if len(idx) < self.thresholds.min_points:
                 continue
-            slope, _ = theil_sen(times[idx], means[idx])
+            slope, _ = theil_sen(times[idx], floors[idx])
             if not slope > 0:
                 continue
             # The small-sample autocorrelation estimate is too unstable below ~16 points.
-            test = mann_kendall(means[idx], lag1_correction=len(idx) >= 16)
+            test = mann_kendall(floors[idx], lag1_correction=len(idx) >= 16)
             if test.p < alpha:
                 half = len(idx) // 2
-                older_slope, _ = theil_sen(times[idx[:half]], means[idx[:half]])
-                newer_slope, _ = theil_sen(times[idx[half:]], means[idx[half:]])
-                steady = newer_slope >= 0.8 * older_slope
+                older_slope, _ = theil_sen(times[idx[:half]], floors[idx[:half]])
+                newer_slope, _ = theil_sen(times[idx[half:]], floors[idx[half:]])
                 since = float(times[idx[0]])
-                bucket.append(Trend(scale.width, slope, test.p, level, since, len(idx), steady))
+                half_span = (times[idx[-1]] - times[idx[0]]) / 2
+                decay = _decay(older_slope, newer_slope, half_span)
+                bucket.append(Trend(scale.width, slope, test.p, level, since, len(idx), decay))
         return settled, fast, jumps
 
     def evaluate(self, now: float) -> Evaluation:
@@ -239,24 +280,19 @@ class MemoryDriftDetector:
         now: float,
         state: _Signal,
     ) -> tuple[Finding | None, float]:
-        def time_to_limit(trend: Trend) -> float:
-            return (limit - trend.level) / trend.slope if limit > trend.level else math.inf
-
-        # Urgent: steady growth that reaches the limit within the horizon, confirmed by the
-        # next wider scale whenever that one has enough points (a GC cycle's rising half
-        # fills a narrow window but not a wide one).
-        widths = sorted(self.thresholds.scales)
-        fast_widths = {t.width for t in fast}
-        tested = {w for w in widths if len(state.scale(w).means) >= self.thresholds.min_points}
-
-        def confirmed(trend: Trend) -> bool:
-            wider = [w for w in widths if w > trend.width]
-            return not wider or wider[0] not in tested or wider[0] in fast_widths
-
+        # Urgent: growth that reaches the limit within the horizon, projected with the
+        # slowing seen, and confirmed at every wider scale that has enough points (a GC
+        # cycle's rising half fills a narrow window but not a wide one; a warm-up that
+        # levels off shows as slowing growth in the wider windows).
+        horizon = self.thresholds.fast_horizon
+        soon = {t.width for t in fast if t.time_to(limit) < horizon}
+        tested = {
+            w
+            for w in self.thresholds.scales
+            if len(state.scale(w).means) >= self.thresholds.min_points
+        }
         urgent = [
-            t
-            for t in fast
-            if time_to_limit(t) < self.thresholds.fast_horizon and t.steady and confirmed(t)
+            t for t in fast if t.width in soon and all(w in soon for w in tested if w > t.width)
         ]
         # A leak: a material trend in wide windows (10-minute means), held for
         # ``min_span``; narrower windows see the rising half of GC or caching cycles.
@@ -272,11 +308,11 @@ class MemoryDriftDetector:
             return None, max((self._materiality(t) for t in settled), default=0.0)
         # The widest scale that sees it: the most evidence, the steadiest slope.
         trend = max(candidates, key=lambda t: t.width)
-        remaining = time_to_limit(trend)
+        remaining = trend.time_to(limit)
         # Critical when the limit comes before the run likely ends: it has run this long,
         # so assume it goes on as long again.
-        horizon = max(self.thresholds.fast_horizon, now - state.first_t)
-        severity = Severity.CRITICAL if remaining < horizon else Severity.WARNING
+        expected_end = max(horizon, now - state.first_t)
+        severity = Severity.CRITICAL if remaining < expected_end else Severity.WARNING
         where = "".join(f" {v}" for _, v in labels)
         per_hour = trend.slope * 3600
         message = (
@@ -369,7 +405,11 @@ class HostMemoryDetector(MemoryDriftDetector):
         tf_rising = False
         tf_known = False
         for means in self._tf.values():
-            points = [(t, m) for t, m in means.means if t >= since]
+            points = [
+                (t, floor)
+                for (t, _), floor in zip(means.means, means.floors, strict=True)
+                if t >= since
+            ]
             if len(points) >= 4:  # at most ``points`` 2-minute means: cheap
                 tf_known = True
                 times = np.array([t for t, _ in points])

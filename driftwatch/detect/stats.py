@@ -111,7 +111,7 @@ def ess_variance_factor(y: npt.ArrayLike) -> tuple[float, float]:
        is never used to make the test less conservative).
 
     ``y`` must already be free of NaN. Fewer than 3 values, or residuals with no variation
-    (an exact line), give ``(1.0, nan)``.
+    beyond rounding error (an exact line), give ``(1.0, nan)``.
     """
     yy = _as_float(y)
     n = yy.size
@@ -119,7 +119,11 @@ def ess_variance_factor(y: npt.ArrayLike) -> tuple[float, float]:
         return 1.0, math.nan
     index = np.arange(n, dtype=np.float64)
     slope, _ = theil_sen(index, yy)
-    r = lag1_autocorrelation(yy - slope * index)
+    residuals = yy - slope * index
+    # Rounding error around an exact line is not autocorrelated noise: treat it as none.
+    if np.ptp(residuals) <= 1e-9 * float(np.max(np.abs(yy))):
+        return 1.0, math.nan
+    r = lag1_autocorrelation(residuals)
     if math.isnan(r):
         return 1.0, math.nan
     r1 = (n * r + 2.0) / (n - 6.0) if n > 8 else r
@@ -202,8 +206,9 @@ def level_jumps(means: npt.ArrayLike, min_jump: float, *, k: float = 6.0) -> lis
     scale = robust_scale(d)
     single = np.abs(d - typical) > max(min_jump, k * scale)
     # A jump inside an averaging window shows as two half-steps in a row: test their sum
-    # too (its noise is sqrt(2) times larger), flagging the point after the straddled one.
-    pair = np.abs(d[:-1] + d[1:] - 2 * typical) > max(min_jump, math.sqrt(2) * k * scale)
+    # too, flagging the point after the straddled one. For means scattered around a level
+    # the sum ``m[i+1] - m[i-1]`` is as noisy as one difference (not sqrt(2) times more).
+    pair = np.abs(d[:-1] + d[1:] - 2 * typical) > max(min_jump, k * scale)
     flagged = set(idx[1:][single].tolist()) | set(idx[2:][pair & ~single[:-1]].tolist())
     return sorted(int(i) for i in flagged)
 

@@ -1,4 +1,10 @@
-"""The metrics listener: ``/metrics`` plus a small landing page, on a threaded WSGI server."""
+"""The metrics listener: ``/metrics`` plus a small landing page, on a threaded WSGI server.
+
+With TLS (as ``prometheus_client.start_http_server`` offers it: a certificate and key, and
+optionally a client CA that every scraper's certificate must chain to), the handshake runs in
+each connection's own thread, under a timeout, so a client that connects and never speaks
+cannot hold up other scrapes.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +12,11 @@ import errno
 import html
 import ipaddress
 import socket
+import ssl
 import threading
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -19,6 +28,8 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 19461
 """Above the exporters' 9100-99xx range (fully allocated on Prometheus's default port
 allocations list) and outside it and Linux's ephemeral range; not on the list."""
+
+HANDSHAKE_TIMEOUT_SECONDS = 10.0
 
 WsgiApp = Callable[..., Iterable[bytes]]
 
@@ -41,9 +52,64 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host or DEFAULT_HOST, int(port_text)
 
 
+@dataclass(frozen=True, slots=True)
+class TlsConfig:
+    """Serve HTTPS with ``cert`` and ``key``; with ``client_ca`` (a PEM file or a directory of
+    hashed certificates), only scrapers presenting a certificate it signed get an answer."""
+
+    cert: Path
+    key: Path
+    client_ca: Path | None = None
+
+    def context(self) -> ssl.SSLContext:
+        """The server's TLS context (TLS 1.2 or newer); ``UsageError`` naming a bad file."""
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        try:
+            context.load_cert_chain(certfile=self.cert, keyfile=self.key)
+        except OSError as err:
+            raise UsageError(
+                f"--tls-cert {self.cert} / --tls-key {self.key}: cannot load the certificate "
+                f"and its key: {_reason(err)}"
+            ) from err
+        if self.client_ca is not None:
+            directory = self.client_ca.is_dir()
+            try:
+                context.load_verify_locations(
+                    capath=self.client_ca if directory else None,
+                    cafile=None if directory else self.client_ca,
+                )
+            except OSError as err:
+                raise UsageError(
+                    f"--tls-client-ca {self.client_ca}: cannot load CA certificates: {_reason(err)}"
+                ) from err
+            context.verify_mode = ssl.CERT_REQUIRED
+        return context
+
+
+def _reason(err: OSError) -> str:
+    if isinstance(err, ssl.SSLError):
+        return err.reason or str(err)
+    return err.strerror or str(err)
+
+
 class _Server(ThreadingMixIn, WSGIServer):
     daemon_threads = True
     allow_reuse_address = True
+    tls: ssl.SSLContext | None = None
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        """In the connection's thread: the TLS handshake first, when serving HTTPS."""
+        if self.tls is None:
+            super().finish_request(request, client_address)
+            return
+        request.settimeout(HANDSHAKE_TIMEOUT_SECONDS)  # also bounds a stalled request
+        try:
+            secure = self.tls.wrap_socket(request, server_side=True)
+        except OSError:  # not TLS, or no or a wrong client certificate
+            return
+        with secure:
+            super().finish_request(secure, client_address)
 
 
 class _V6Server(_Server):
@@ -76,9 +142,19 @@ def _landing_page(metrics_app: WsgiApp, title: str) -> WsgiApp:
 
 
 class MetricsServer:
-    """Serves in a daemon thread; ``port`` is the bound port (useful with port 0)."""
+    """Serves in a daemon thread; ``port`` is the bound port (useful with port 0).
 
-    def __init__(self, metrics_app: WsgiApp, host: str, port: int, title: str = "") -> None:
+    With ``tls`` (see ``TlsConfig.context``), it serves HTTPS.
+    """
+
+    def __init__(
+        self,
+        metrics_app: WsgiApp,
+        host: str,
+        port: int,
+        title: str = "",
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         server_class = _V6Server if ":" in host else _Server
         try:
             self._server = make_server(
@@ -102,6 +178,7 @@ class MetricsServer:
                     "need root)"
                 ) from err
             raise ListenError(f"cannot listen on {host}:{port}: {err.strerror}") from err
+        self._server.tls = tls
         self.host = host
         self.port: int = self._server.server_port
         self._thread = threading.Thread(
@@ -112,7 +189,8 @@ class MetricsServer:
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}/metrics"
+        scheme = "http" if self._server.tls is None else "https"
+        return f"{scheme}://{host}:{self.port}/metrics"
 
     def close(self) -> None:
         self._server.shutdown()

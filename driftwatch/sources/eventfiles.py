@@ -1,9 +1,17 @@
 """Event-file source: size, step progress and non-finite scalars of TensorBoard event files.
 
 Files are found among the target's open files (every tick) and under the given logdirs
-(re-walked every ``rescan_seconds``), then tailed incrementally with tensorboard's own
-event-file loader. tensorboard is imported lazily and forced onto its pure-Python TensorFlow
-stub, so watching a run never imports TensorFlow into driftwatch.
+(re-walked every ``rescan_seconds``), then tailed incrementally: driftwatch reads the
+TFRecord framing itself and parses each record with tensorboard's event protos and
+migrations. tensorboard is imported lazily and forced onto its pure-Python TensorFlow stub,
+so watching a run never imports TensorFlow into driftwatch.
+
+Reading the framing here, rather than with tensorboard's loader, is what makes corrupt files
+survivable: that loader retries a record whose checksum fails forever, so nothing after it
+in the file would ever be read. Here a record whose data fails its checksum is skipped (its
+length was intact), and a file whose length field fails its checksum is no longer read
+(nothing after it can be found reliably); either is logged once per file. A record not yet
+completely written is retried on the next read.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ import heapq
 import logging
 import math
 import os
+import struct
 import sys
 import time
 import types
@@ -41,12 +50,11 @@ class _Tensorboard:
     """The parts of tensorboard this source uses."""
 
     version: str
-    loader: Callable[[str], Any]  # EventFileLoader: reads new records, keeps its offset
-    raw_loader: Callable[[str], Any]  # RawEventFileLoader: the serialized records
+    masked_crc32c: Callable[[bytes], int]  # TFRecord's checksum
     parse: Callable[[bytes, dict[str, Any]], Iterator[Any]]  # record -> migrated events
     make_ndarray: Callable[[Any], Any]
     scalar_class: int  # SummaryMetadata.data_class of scalar summaries
-    read_errors: tuple[type[Exception], ...]  # what reading a vanished or broken file raises
+    decode_error: type[Exception]  # what parsing a record that is no event raises
 
 
 @functools.cache
@@ -59,9 +67,8 @@ def _tensorboard() -> _Tensorboard:
         sys.modules.setdefault(_NOTF, types.ModuleType(_NOTF))
         from google.protobuf.message import DecodeError
         from tensorboard import data_compat, dataclass_compat
-        from tensorboard.backend.event_processing import event_file_loader
-        from tensorboard.compat import tf
         from tensorboard.compat.proto import event_pb2, summary_pb2
+        from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
         from tensorboard.util import tensor_util
     except ImportError as err:
         if err.name == "tensorboard":
@@ -78,12 +85,11 @@ def _tensorboard() -> _Tensorboard:
 
     return _Tensorboard(
         version=str(tensorboard.__version__),
-        loader=event_file_loader.EventFileLoader,
-        raw_loader=event_file_loader.RawEventFileLoader,
+        masked_crc32c=masked_crc32c,
         parse=parse,
         make_ndarray=tensor_util.make_ndarray,
         scalar_class=int(summary_pb2.DATA_CLASS_SCALAR),
-        read_errors=(tf.errors.OpError, OSError, DecodeError),
+        decode_error=DecodeError,
     )
 
 
@@ -131,29 +137,88 @@ class StepProgress:
         return seconds if seconds > 0 else None
 
 
+_LENGTH = struct.Struct("<QI")  # a record's length and the length's masked CRC-32C
+_DATA_CRC = struct.Struct("<I")
+
+
+class _Records:
+    """The TFRecords of one file, read from where the last read stopped (``offset``)."""
+
+    def __init__(self, tb: _Tensorboard, path: str) -> None:
+        self.path = path
+        self.offset = 0  # just past the last whole record
+        self._crc = tb.masked_crc32c
+        self._skipped = False  # a record was skipped: warned
+        self.broken = False  # the framing was lost: the file is not read any more
+
+    def __iter__(self) -> Iterator[bytes]:
+        """Whole records after ``offset``, each once; ``OSError`` if the file cannot be read."""
+        if self.broken:
+            return
+        with open(self.path, "rb") as file:
+            size = os.fstat(file.fileno()).st_size
+            file.seek(self.offset)
+            while self.offset + _LENGTH.size <= size:
+                header = file.read(_LENGTH.size)
+                length, length_crc = _LENGTH.unpack(header)
+                if self._crc(header[:8]) != length_crc:
+                    self.broken = True
+                    log.warning(
+                        "event file %s is corrupt at byte %d (a record's length fails its "
+                        "checksum): nothing after it can be read; the file is no longer read",
+                        self.path,
+                        self.offset,
+                    )
+                    return
+                end = self.offset + _LENGTH.size + length + _DATA_CRC.size
+                if end > size:
+                    return  # not completely written yet
+                data = file.read(length)
+                (data_crc,) = _DATA_CRC.unpack(file.read(_DATA_CRC.size))
+                self.offset = end
+                if self._crc(data) == data_crc:
+                    yield data
+                elif not self._skipped:
+                    self._skipped = True
+                    log.warning(
+                        "event file %s: a record fails its checksum and is skipped "
+                        "(further corrupt records of this file are skipped silently)",
+                        self.path,
+                    )
+
+
 class _Tail:
-    """One event file read incrementally; the loader keeps the offset and partial records."""
+    """One event file read incrementally: its records as parsed, migrated events."""
 
     def __init__(self, tb: _Tensorboard, path: str) -> None:
         self.path = path
         self._tb = tb
         self._dir = os.path.dirname(path)
-        self._loader = tb.loader(path)
+        self.records = _Records(tb, path)
+        self._metadata: dict[str, Any] = {}  # tensorboard's per-file migration state
         # Tags whose first event said "scalar": later events of a tag carry no metadata.
         self._scalar_tags: set[str] = set()
+
+    def events(self) -> Iterator[Any]:
+        """Events appended since the last call; a record that is no event is skipped."""
+        try:
+            for record in self.records:
+                try:
+                    yield from self._tb.parse(record, self._metadata)
+                except self._tb.decode_error as err:
+                    log.debug("skipped a record of %s that is no event: %s", self.path, err)
+        except OSError as err:  # deleted or unreadable: dropped once its size says so
+            log.debug("stopped reading %s: %s", self.path, err)
 
     def scalars(self, deadline: float) -> Iterator[_Scalar]:
         """Scalars appended since the last call, until the end of the file or ``deadline``.
 
-        Stopping at the deadline loses nothing: the next record is not pulled from the loader.
+        Stopping at the deadline loses nothing: the next record is not read.
         """
-        try:
-            for event in self._loader.Load():
-                yield from self.scalars_of(event)
-                if time.monotonic() >= deadline:
-                    return
-        except self._tb.read_errors as err:
-            log.debug("stopped reading %s: %s", self.path, err)
+        for event in self.events():
+            yield from self.scalars_of(event)
+            if time.monotonic() >= deadline:
+                return
 
     def scalars_of(self, event: Any) -> Iterator[_Scalar]:
         for value in event.summary.value:
@@ -201,6 +266,7 @@ class EventFileSource:
         self._track_steps = track_steps
         self._next_walk = -math.inf  # the `now` from which logdirs are walked again
         self._access_denied_logged = False
+        self._missing_logdirs: set[Path] = set()
         self._tails: dict[str, _Tail] = {}  # by real path
         self._any_file = False
         self._progress = StepProgress()
@@ -228,17 +294,21 @@ class EventFileSource:
         if now >= self._next_walk:
             self._next_walk = now + self._rescan_seconds
             for logdir in self._logdirs:
+                self._check_logdir(logdir)
                 for root, _dirs, files in os.walk(logdir):
                     found += [os.path.join(root, f) for f in files if _is_event_file(f)]
         for path in map(os.path.realpath, found):
-            if path in self._tails:
-                continue
-            try:
+            if path not in self._tails:
                 self._tails[path] = _Tail(tb, path)
-            except tb.read_errors as err:  # vanished since it was listed
-                log.debug("cannot open %s: %s", path, err)
-                continue
-            self._any_file = True
+                self._any_file = True
+
+    def _check_logdir(self, logdir: Path) -> None:
+        """Warn once when a logdir disappears (and again if it comes back and goes again)."""
+        if logdir.is_dir():
+            self._missing_logdirs.discard(logdir)
+        elif logdir not in self._missing_logdirs:
+            self._missing_logdirs.add(logdir)
+            log.warning("logdir %s no longer exists; its event files are no longer read", logdir)
 
     def _list_open_paths(self) -> list[str]:
         if self._open_paths is None:
@@ -280,10 +350,6 @@ class EventFileSource:
         self._tails.clear()
 
 
-RECORD_OVERHEAD = 16
-"""Bytes a TFRecord adds around each record: length, its CRC, and the data's CRC."""
-
-
 class _Replayed(NamedTuple):
     wall_time: float
     file: int
@@ -293,15 +359,9 @@ class _Replayed(NamedTuple):
 
 def _replay_file(tb: _Tensorboard, index: int, path: str) -> Iterator[_Replayed]:
     tail = _Tail(tb, path)
-    metadata: dict[str, Any] = {}
-    size = 0
-    try:
-        for record in tb.raw_loader(path).Load():
-            size += len(record) + RECORD_OVERHEAD
-            for event in tb.parse(record, metadata):
-                yield _Replayed(event.wall_time, index, size, list(tail.scalars_of(event)))
-    except tb.read_errors as err:
-        log.warning("stopped reading %s: %s", path, err)
+    for event in tail.events():
+        # The file's size as of this record: its records' end, skipped ones included.
+        yield _Replayed(event.wall_time, index, tail.records.offset, list(tail.scalars_of(event)))
 
 
 def replay_logdir(logdir: Path, resolution: float = 1.0) -> Iterator[Sample]:

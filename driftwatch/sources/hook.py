@@ -11,22 +11,46 @@ from pathlib import Path
 
 from driftwatch.channel import ChannelError, ChannelReader, find_channel
 from driftwatch.hook.protocol import SERIES_META, Kind
-from driftwatch.series import Labels, Sample
+from driftwatch.series import MAX_LABEL_SETS, SERIES, Labels, Sample, checked_labels
 
 log = logging.getLogger(__name__)
 
+MAX_SERIES = len(SERIES) * MAX_LABEL_SETS
+"""Entries of the hook's series table read at most: more cannot all be admitted anyway."""
+
+
+def _series_table(table: object) -> list[tuple[str, Labels | None]]:
+    """The hook's list of ``[series, {label: value}]``, checked entry by entry: an entry that
+    names no known series or has the wrong labels keeps its index but labels None."""
+    if not isinstance(table, list):
+        return []
+    checked: list[tuple[str, Labels | None]] = []
+    for entry in table[:MAX_SERIES]:
+        valid = isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], dict)
+        name = str(entry[0]) if valid else ""
+        checked.append((name, checked_labels(name, entry[1]) if valid else None))
+    return checked
+
 
 class HookSource:
-    """Reads the hook's channel of one process, identified by ``(pid, create_time)``."""
+    """Reads the hook's channel of one process, identified by ``(pid, create_time)``.
+
+    ``owner``: the uid the channel file must belong to (default: this user's).
+    """
 
     name = "hook"
 
-    def __init__(self, directory: Path, pid: int, create_time: float) -> None:
+    def __init__(
+        self, directory: Path, pid: int, create_time: float, owner: int | None = None
+    ) -> None:
         self._directory = directory
         self._pid = pid
         self._create_time = create_time
+        self._owner = owner
+        self._refusal = ""  # why the channel was last refused: warned once, retried quietly
         self._reader: ChannelReader | None = None
-        self._series: list[tuple[str, Labels]] = []
+        self._series: list[tuple[str, Labels | None]] = []
+        self._table_read = False  # whether this tick has re-read the series table
 
     @property
     def connected(self) -> bool:
@@ -38,6 +62,7 @@ class HookSource:
         if reader is None:
             return []
         records, _lost = reader.read()
+        self._table_read = False
         samples: list[Sample] = []
         last_step = None
         for record in records:
@@ -63,22 +88,22 @@ class HookSource:
         if path is None:
             return None
         try:
-            self._reader = ChannelReader.open(path)
+            self._reader = ChannelReader.open(path, self._owner)
         except ChannelError as err:
-            log.warning("cannot read the hook's channel: %s", err)
+            if str(err) != self._refusal:
+                self._refusal = str(err)
+                log.warning("cannot read the hook's channel: %s", err)
             return None
         log.info("reading the hook's channel %s", path)
         return self._reader
 
     def _series_at(self, reader: ChannelReader, key: int) -> tuple[str, Labels] | None:
-        if key >= len(self._series):  # a series the hook added since: refresh the table
-            table = reader.meta().get(SERIES_META)
-            if isinstance(table, list):
-                self._series = [
-                    (str(name), tuple(sorted((str(k), str(v)) for k, v in labels.items())))
-                    for name, labels in table
-                ]
-        return self._series[key] if key < len(self._series) else None
+        """The series and labels of a ``VALUE`` record's key; None for one the table lacks."""
+        if key >= len(self._series) and not self._table_read:  # added since: refresh, once
+            self._table_read = True
+            self._series = _series_table(reader.meta().get(SERIES_META))
+        series = self._series[key] if key < len(self._series) else None
+        return None if series is None or series[1] is None else (series[0], series[1])
 
     def close(self) -> None:
         if self._reader is not None:

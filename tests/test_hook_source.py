@@ -1,0 +1,116 @@
+"""The hook source against channels written by hand: what a hostile or broken hook can do."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from driftwatch.channel import ChannelWriter, ensure_private_dir
+from driftwatch.hook.protocol import SERIES_META, Kind
+from driftwatch.monitor import Monitor
+from driftwatch.series import MAX_LABEL_SETS, MAX_LABEL_VALUE_CHARS
+from driftwatch.sources.hook import HookSource
+from driftwatch.target import TargetInfo
+from tests.test_exporter import samples_of, scrape
+
+PID, CREATE_TIME = 4242, 1_700_000_000.0
+
+
+@pytest.fixture
+def writer(tmp_path: Path) -> ChannelWriter:
+    return ChannelWriter.create(ensure_private_dir(tmp_path / "dw"), PID, CREATE_TIME)
+
+
+def monitor_of(writer: ChannelWriter) -> Monitor:
+    info = TargetInfo(PID, CREATE_TIME, "python", ("python",), "ml", os.geteuid())
+    source = HookSource(writer.path.parent, PID, CREATE_TIME)
+    return Monitor("train", info, [source], clock=lambda: CREATE_TIME + 10)
+
+
+def exported(monitor: Monitor, metric: str) -> dict[tuple[tuple[str, str], ...], float]:
+    return {
+        labels: value
+        for (name, labels), value in samples_of(scrape([monitor.tick()])).items()
+        if name == metric
+    }
+
+
+def test_series_the_table_does_not_know_or_with_wrong_labels_are_ignored(
+    writer: ChannelWriter,
+) -> None:
+    long = "GPU:" + "9" * 1000
+    table = [
+        ["tf_allocator_current_bytes", {"device": "CPU:0"}],
+        ["made_up_series", {}],  # would grow the store without bound
+        ["tf_allocator_current_bytes", {"device": "GPU:0", "pod": "x"}],  # extra label
+        ["tf_allocator_current_bytes", {}],  # missing label
+        "not a pair",
+        ["tf_allocator_current_bytes", {"device": long}],
+    ]
+    writer.set_meta({SERIES_META: table})
+    for key in range(len(table) + 3):  # and keys beyond the table
+        writer.write(Kind.VALUE, key, CREATE_TIME + 1, a=1e6 + key)
+    values = exported(monitor_of(writer), "driftwatch_tf_allocator_current_bytes")
+    assert values == {
+        (("device", "CPU:0"), ("run", "train")): 1e6,
+        (("device", long[:MAX_LABEL_VALUE_CHARS]), ("run", "train")): 1e6 + 5,
+    }
+
+
+def test_label_sets_per_series_are_capped_with_one_warning(
+    writer: ChannelWriter, caplog: pytest.LogCaptureFixture
+) -> None:
+    devices = 3 * MAX_LABEL_SETS
+    writer.set_meta(
+        {SERIES_META: [["tf_allocator_peak_bytes", {"device": f"d{i}"}] for i in range(devices)]}
+    )
+    monitor = monitor_of(writer)
+    with caplog.at_level(logging.WARNING):
+        for _tick in range(2):
+            for key in range(devices):
+                writer.write(Kind.VALUE, key, CREATE_TIME + 1, a=float(key))
+            values = exported(monitor, "driftwatch_tf_allocator_peak_bytes")
+    assert sorted(values.values()) == [float(i) for i in range(MAX_LABEL_SETS)]
+    warnings = [r.getMessage() for r in caplog.records if "label sets" in r.getMessage()]
+    assert warnings == [
+        f"tf_allocator_peak_bytes has {MAX_LABEL_SETS} label sets already; "
+        "samples with new labels are dropped"
+    ]
+
+
+def test_an_oversized_series_table_is_ignored(writer: ChannelWriter) -> None:
+    pad = "x" * (1 << 20)
+    writer.set_meta({SERIES_META: [["tf_allocator_peak_bytes", {"device": "CPU:0"}]], "p": pad})
+    writer.write(Kind.VALUE, 0, CREATE_TIME + 1, a=1.0)
+    assert exported(monitor_of(writer), "driftwatch_tf_allocator_peak_bytes") == {}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to chown")
+def test_a_channel_planted_by_another_user_is_refused_with_one_warning(
+    writer: ChannelWriter, caplog: pytest.LogCaptureFixture
+) -> None:
+    writer.write(Kind.STEP, 1, CREATE_TIME + 1, a=0.5)
+    os.chown(writer.path, 65534, 65534)
+    monitor = monitor_of(writer)  # watching a process of this user (root)
+    with caplog.at_level(logging.WARNING):
+        for _tick in range(3):
+            assert exported(monitor, "driftwatch_hook_records_lost_total") == {}
+    refusals = [r.getMessage() for r in caplog.records if "hook's channel" in r.getMessage()]
+    assert len(refusals) == 1
+    assert "owned by uid 65534" in refusals[0]
+
+
+def test_a_stalled_reader_costs_the_writer_nothing_and_counts_the_overrun(
+    tmp_path: Path,
+) -> None:
+    small = ChannelWriter.create(ensure_private_dir(tmp_path / "dw"), PID, CREATE_TIME, 8)
+    monitor = monitor_of(small)
+    assert exported(monitor, "driftwatch_hook_records_lost_total") == {(("run", "train"),): 0.0}
+    for step in range(1, 21):  # the monitor stalls: 20 records into a ring of 8
+        small.write(Kind.STEP, step, CREATE_TIME + step, a=0.5)
+    assert small.dropped == 0  # every write went through
+    assert exported(monitor, "driftwatch_hook_records_lost_total") == {(("run", "train"),): 12.0}
+    assert exported(monitor, "driftwatch_train_step") == {(("run", "train"),): 20.0}
