@@ -16,11 +16,14 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet -e '.[tf,gpu,dev]'
 	touch $@
 
-# Debian's prometheus package brings promtool and the server the integration tests use.
+# Debian's prometheus package brings promtool and the server the integration tests use;
+# chromium renders the HTML report in its test.
 system-deps:
-	@command -v promtool >/dev/null && command -v prometheus >/dev/null || { \
+	@command -v promtool >/dev/null && command -v prometheus >/dev/null && \
+	  command -v chromium >/dev/null || { \
 	  apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	    prometheus chromium >/dev/null; }
 
 demo: $(VENV)/.installed
 	$(BIN)/driftwatch demo

@@ -39,10 +39,16 @@ from driftwatch.export.http import (
 )
 from driftwatch.export.prometheus import metrics_app
 from driftwatch.findings import Finding
+from driftwatch.history import DEFAULT_RETENTION, History, HistoryReader, default_db_path
 from driftwatch.launch import StderrPump, child_environment, exit_code, forwarding_signals, launch
 from driftwatch.monitor import Monitor, Snapshot, check_interval, watch
+from driftwatch.report import build as build_report
+from driftwatch.report import to_json as report_json
+from driftwatch.report import to_text as report_text
+from driftwatch.report.html import render as render_html
 from driftwatch.sources import Source, default_sources
 from driftwatch.target import Target, default_run_name
+from driftwatch.units import parse_duration
 from driftwatch.view import live_table, plain_line, summary
 
 app = typer.Typer(
@@ -104,6 +110,13 @@ def _stopping_on_signals(stop: threading.Event) -> Iterator[list[int]]:
             signal.signal(sig, old)
 
 
+def _check_retention(retention: str) -> float:
+    try:
+        return parse_duration(retention)
+    except ValueError as err:
+        raise UsageError(f"--retention {err}") from err
+
+
 @dataclass(frozen=True)
 class WatchOptions:
     """The options ``attach`` and ``run`` share, checked."""
@@ -114,6 +127,8 @@ class WatchOptions:
     logdirs: list[Path]
     findings: Path | None
     run: str | None
+    db: Path
+    retention: float
     tls: ssl.SSLContext | None  # checked: its files load
 
     @classmethod
@@ -124,6 +139,8 @@ class WatchOptions:
         logdirs: list[Path] | None,
         findings: Path | None,
         run: str | None,
+        db: Path | None,
+        retention: str,
         tls: tuple[Path | None, Path | None, Path | None],
     ) -> WatchOptions:
         host, port = parse_listen(listen)
@@ -134,6 +151,8 @@ class WatchOptions:
             _check_logdirs(logdirs or []),
             findings,
             run,
+            db or default_db_path(),
+            _check_retention(retention),
             _tls_context(*tls),
         )
 
@@ -171,12 +190,15 @@ def _watch(
             if findings_file is not None:
                 findings_file.write(finding.to_json(run_name) + "\n")
 
+        history = History(options.db, options.retention)
+        stack.callback(history.close)
         monitor = Monitor(
             run_name,
             target.info,
             default_sources(target, options.logdirs) + extra_sources,
             default_engine(),
             on_finding=report,
+            recorder=history.recorder(run_name, target.info),
         )
         server = MetricsServer(
             metrics_app(lambda: [monitor.snapshot]),
@@ -187,7 +209,8 @@ def _watch(
         )
         stack.callback(server.close)
         print(
-            f"driftwatch: watching {run_name} (pid {target.pid}); metrics at {server.url}",
+            f"driftwatch: watching {run_name} (pid {target.pid}); history in {history.path}; "
+            f"metrics at {server.url}",
             file=sys.stderr,
         )
         started = time.time()
@@ -202,6 +225,12 @@ def _watch(
                 print(plain_line(snapshot, monitor.store), flush=True)
 
         reason = watch(monitor, options.interval, stop, show)
+    if history.failed is None:
+        print(
+            f"driftwatch: history of {run_name} in {history.path} "
+            f"(driftwatch report --db {history.path} {run_name})",
+            file=sys.stderr,
+        )
     return monitor, reason, started
 
 
@@ -216,6 +245,16 @@ FindingsOption = Annotated[
 RunOption = Annotated[
     str | None, typer.Option(help="Run name for labels (default: the script's name).")
 ]
+DbOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="History database (default: $XDG_DATA_HOME/driftwatch/history.db, "
+        "else ~/.local/share/driftwatch/history.db)."
+    ),
+]
+RetentionOption = Annotated[
+    str, typer.Option(help="Delete runs from the history once not seen for this long (e.g. 28d).")
+]
 TlsCertOption = Annotated[
     Path | None, typer.Option(help="Serve /metrics over HTTPS with this PEM certificate (chain).")
 ]
@@ -225,6 +264,7 @@ TlsClientCaOption = Annotated[
     typer.Option(help="Require scrapers' client certificates signed by this CA (file or dir)."),
 ]
 DEFAULT_LISTEN = f"{DEFAULT_HOST}:{DEFAULT_PORT}"
+DEFAULT_RETENTION_TEXT = f"{DEFAULT_RETENTION / 86400:.0f}d"
 
 
 @app.command()
@@ -235,13 +275,15 @@ def attach(
     logdir: LogdirOption = None,
     findings: FindingsOption = None,
     run: RunOption = None,
+    db: DbOption = None,
+    retention: RetentionOption = DEFAULT_RETENTION_TEXT,
     tls_cert: TlsCertOption = None,
     tls_key: TlsKeyOption = None,
     tls_client_ca: TlsClientCaOption = None,
 ) -> None:
     """Watch a running process that was started without driftwatch."""
     tls = (tls_cert, tls_key, tls_client_ca)
-    options = WatchOptions.parse(interval, listen, logdir, findings, run, tls)
+    options = WatchOptions.parse(interval, listen, logdir, findings, run, db, retention, tls)
     target = Target.attach(pid)
     run_name = options.run or default_run_name(list(target.info.command), target.info.name)
     stop = threading.Event()
@@ -261,6 +303,8 @@ def run(
     logdir: LogdirOption = None,
     findings: FindingsOption = None,
     run: RunOption = None,
+    db: DbOption = None,
+    retention: RetentionOption = DEFAULT_RETENTION_TEXT,
     tls_cert: TlsCertOption = None,
     tls_key: TlsKeyOption = None,
     tls_client_ca: TlsClientCaOption = None,
@@ -277,7 +321,7 @@ def run(
 ) -> None:
     """Run a training command under driftwatch, with the hook injected; exit with its code."""
     tls = (tls_cert, tls_key, tls_client_ca)
-    options = WatchOptions.parse(interval, listen, logdir, findings, run, tls)
+    options = WatchOptions.parse(interval, listen, logdir, findings, run, db, retention, tls)
     raise typer.Exit(_run_job(command, options, hook, cpu_allocator_stats))
 
 
@@ -331,11 +375,25 @@ def demo(
     logs = workdir / "logs"
     logs.mkdir()
     findings = workdir / "findings.jsonl"
+    db = workdir / "history.db"
     options = WatchOptions.parse(
-        interval, listen, [logs], findings, chosen.name, (None, None, None)
+        interval,
+        listen,
+        [logs],
+        findings,
+        chosen.name,
+        db,
+        DEFAULT_RETENTION_TEXT,
+        (None, None, None),
     )
     code = _run_job(chosen.command(logs), options, hook=True, cpu_allocator_stats=True)
-    print(f"findings: {findings}\nlogs: {logs}")
+    page = workdir / "report.html"
+    reader = HistoryReader(db)
+    try:
+        page.write_text(render_html(build_report(reader, None)), encoding="utf-8")
+    finally:
+        reader.close()
+    print(f"findings: {findings}\nreport: {page}\nlogs: {logs}")
     raise typer.Exit(code)
 
 
@@ -402,6 +460,34 @@ def analyze(
 
 
 @app.command()
+def report(
+    run: Annotated[
+        str | None,
+        typer.Argument(help="Run name (its latest run) or number; default: the latest run."),
+    ] = None,
+    db: DbOption = None,
+    html: Annotated[
+        Path | None, typer.Option(help="Also write a self-contained HTML page with plots.")
+    ] = None,
+    json_document: Annotated[
+        bool, typer.Option("--json", help="Print one JSON document instead of text.")
+    ] = False,
+) -> None:
+    """What happened in a run: signals with trends and projections, and its findings."""
+    reader = HistoryReader(db or default_db_path())
+    try:
+        built = build_report(reader, run)
+    finally:
+        reader.close()
+    if html is not None:
+        try:
+            html.write_text(render_html(built), encoding="utf-8")
+        except OSError as err:
+            raise UsageError(f"--html {html}: cannot write: {err.strerror}") from err
+    print(report_json(built) if json_document else report_text(built))
+
+
+@app.command()
 def doctor() -> None:
     """Say which data sources work on this machine, and why not."""
     for check in run_checks():
@@ -455,6 +541,9 @@ def dashboards(
 def main() -> None:
     """Entry point: every expected error is one line on stderr and a non-zero exit."""
     logging.basicConfig(format="driftwatch: %(message)s", level=logging.WARNING)
+    # Past a file size limit, writes fail with EFBIG (the history says so and monitoring goes
+    # on) instead of the signal killing driftwatch; launched jobs get the default back.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     try:
         code = app(prog_name="driftwatch", standalone_mode=False)
     except typer.TyperException as err:  # bad flags and arguments, found by the parser

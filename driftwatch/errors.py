@@ -51,3 +51,7 @@ class TargetAccessDenied(TargetError):
 
 class SourceUnavailable(DriftwatchError):
     """A data source cannot work on this machine or for this target; the rest keeps going."""
+
+
+class HistoryError(DriftwatchError):
+    """The history database cannot be opened or read (corrupt, unreadable, not found)."""

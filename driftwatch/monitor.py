@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from driftwatch.detect import Engine
 from driftwatch.errors import SourceUnavailable, TargetGone, UsageError
 from driftwatch.findings import Finding
+from driftwatch.history import RunRecorder
 from driftwatch.series import SERIES, Export, LabelSetLimit, SeriesKey
 from driftwatch.sources import Source
 from driftwatch.store import Store
@@ -26,6 +27,8 @@ log = logging.getLogger(__name__)
 
 RECENT_WINDOW = 50
 """Samples behind a ``RECENT_MEDIAN`` export: long enough to ignore one slow step."""
+STOPPED = "monitoring stopped"
+"""Why monitoring ended when driftwatch was told to stop, not the target."""
 
 MIN_INTERVAL, MAX_INTERVAL = 0.05, 3600.0
 
@@ -72,6 +75,7 @@ class Monitor:
         store: Store | None = None,
         clock: Callable[[], float] = time.time,
         on_finding: Callable[[Finding], None] = lambda finding: None,
+        recorder: RunRecorder | None = None,
     ) -> None:
         self.run = run
         self.target = target
@@ -82,6 +86,7 @@ class Monitor:
         self._engine = engine if engine is not None else Engine([])
         self._clock = clock
         self._on_finding = on_finding
+        self._recorder = recorder
         self.reported: dict[str, Finding] = {}
         """Each kind's first finding in this run, in order; kept after it stops holding."""
         self._ticks = 0
@@ -125,6 +130,8 @@ class Monitor:
             tuple(findings),
             dict(self._engine.scores),
         )
+        if self._recorder is not None:
+            self._recorder.record(self.snapshot, self.store)
         return self.snapshot
 
     def _disable(self, source: Source, reason: str) -> None:
@@ -147,10 +154,13 @@ class Monitor:
                 values[key] = value
         return values
 
-    def close(self) -> None:
+    def close(self, ended: str = STOPPED) -> None:
+        """Release the sources and hand the history the rest, with why monitoring ended."""
         for source in self._sources:
             if source.name not in self._down:
                 source.close()
+        if self._recorder is not None:
+            self._recorder.finish(self.snapshot, self.store, ended)
 
 
 def watch(
@@ -164,16 +174,18 @@ def watch(
     Returns why monitoring ended when the target went away, ``None`` when stopped.
     """
     pacer = Pacer()
+    ended = STOPPED
     try:
         while not stop.is_set():
             try:
                 on_tick(monitor.tick())
             except TargetGone as gone:
-                return str(gone)
+                ended = str(gone)
+                return ended
             stop.wait(pacer.delay(interval))
         return None
     finally:
-        monitor.close()
+        monitor.close(ended)
 
 
 class Pacer:

@@ -73,14 +73,20 @@ DEFAULT_TIERS = (
 BUCKET_COLUMNS = ("start", "count", "mean", "min", "max", "last")
 
 
+Bucket = tuple[float, float, float, float, float, float]
+"""One row of a tier, in the order of ``BUCKET_COLUMNS``."""
+
+
 class Tier:
     """Fixed-width time buckets; non-finite values are counted only in ``last``."""
 
-    __slots__ = ("_count", "_last", "_max", "_min", "_start", "_sum", "rows", "width")
+    __slots__ = ("_count", "_last", "_max", "_min", "_start", "_sum", "closed", "rows", "width")
 
     def __init__(self, spec: TierSpec) -> None:
         self.width = spec.width_seconds
         self.rows = Ring(spec.capacity, len(BUCKET_COLUMNS))
+        self.closed = 0
+        """Buckets closed so far, including those the ring has since overwritten."""
         self._start = math.nan
         self._count = 0
         self._sum = 0.0
@@ -103,18 +109,33 @@ class Tier:
 
     def flush(self) -> None:
         """Close the open bucket, if it holds anything."""
-        if math.isnan(self._start):
+        bucket = self.open_bucket()
+        if bucket is None:
             return
-        if self._count:
-            mean = self._sum / self._count
-            self.rows.append(self._start, self._count, mean, self._min, self._max, self._last)
-        else:
-            self.rows.append(self._start, 0, math.nan, math.nan, math.nan, self._last)
+        self.rows.append(*bucket)
+        self.closed += 1
         self._start = math.nan
         self._count = 0
         self._sum = 0.0
         self._min = math.inf
         self._max = -math.inf
+
+    def open_bucket(self) -> Bucket | None:
+        """The bucket still being filled, as it stands; ``None`` when there is none."""
+        if math.isnan(self._start):
+            return None
+        if not self._count:
+            return (self._start, 0.0, math.nan, math.nan, math.nan, self._last)
+        mean = self._sum / self._count
+        return (self._start, float(self._count), mean, self._min, self._max, self._last)
+
+    def closed_since(self, closed: int) -> list[Bucket]:
+        """The buckets closed after the first ``closed``, oldest first, as far as still kept."""
+        count = min(self.closed - closed, len(self.rows))
+        if count <= 0:
+            return []
+        start, n, mean, low, high, last = (self.rows.last(count, i) for i in range(6))
+        return list(zip(start, n, mean, low, high, last, strict=True))
 
 
 class SeriesHistory:

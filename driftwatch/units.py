@@ -37,3 +37,22 @@ def human_seconds(value: float) -> str:
 def clock(t: float) -> str:
     """The local time of day of a unix time, ``14:03:27``."""
     return time.strftime("%H:%M:%S", time.localtime(t))
+
+
+DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``90s``, ``30m``, ``12h``, ``28d`` or ``4w``; ``ValueError`` otherwise."""
+    number, unit = text[:-1], text[-1:]
+    if unit not in DURATION_UNITS:
+        raise ValueError(f"{text!r} needs a unit: s, m, h, d or w (e.g. 28d)")
+    seconds = float(number) * DURATION_UNITS[unit]
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"{text!r} is not a positive duration")
+    return seconds
+
+
+def local_time(t: float) -> str:
+    """The local date and time of a unix time, ``2025-06-01 14:03:27``."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))

@@ -19,6 +19,14 @@ EXAMPLES = REPO / "examples"
 TF_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"}
 
 
+@pytest.fixture(autouse=True)
+def _private_data_home(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Keep every driftwatch the tests start off the user's own history database."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("data-home")))
+
+
 def wait_for(predicate: object, timeout: float, what: str, poll: float = 0.05) -> None:
     """Poll ``predicate()`` until true; fail the test with ``what`` after ``timeout`` seconds."""
     assert callable(predicate)

@@ -74,6 +74,9 @@ def test_access_denied_says_what_to_do(nobodys_sleeper: subprocess.Popen[bytes])
         (["--listen", "192.0.2.1:0"], "no such address"),
         (["--logdir", "/nonexistent/logs"], "--logdir"),
         (["--findings", "/nonexistent/dir/findings.jsonl"], "--findings"),
+        (["--retention", "5"], "--retention"),
+        (["--retention", "-2d"], "--retention"),
+        (["--db", "/dev/null/history.db"], "cannot use the history /dev/null/history.db"),
         (["--bogus"], "--bogus"),
     ],
 )

@@ -103,3 +103,17 @@ def test_store_keys_series_by_name_and_labels() -> None:
     gpu1 = store.get(("gpu_process_memory_bytes", (("gpu", "1"),)))
     assert gpu1 is not None
     assert gpu1.latest() == (0.0, 2.0)
+
+
+def test_tier_hands_out_closed_buckets_once_and_the_open_one_as_it_stands() -> None:
+    tier = Tier(TierSpec(10.0, 3))
+    assert tier.open_bucket() is None
+    for t in (1, 2, 11, 25, 31, 42):
+        tier.add(t, float(t))
+    assert tier.closed == 4
+    assert tier.open_bucket() == (40.0, 1.0, 42.0, 42.0, 42.0, 42.0)
+    assert [row[0] for row in tier.closed_since(2)] == [20.0, 30.0]
+    assert tier.closed_since(4) == []
+    # The ring keeps 3: a reader that fell further behind gets what is left, in order.
+    assert [row[0] for row in tier.closed_since(0)] == [10.0, 20.0, 30.0]
+    assert tier.closed_since(0)[0] == (10.0, 1.0, 11.0, 11.0, 11.0, 11.0)

@@ -1,0 +1,147 @@
+"""``driftwatch report`` as users run it, on a history recorded by the real writer."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from driftwatch.history import History
+from driftwatch.report.html import LINE_COLOURS
+from tests import synthetic_run
+from tests.conftest import REPO, run_cli
+from tests.test_cli import assert_one_line_error
+
+MIB = 2**20
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("history") / "history.db"
+    synthetic_run.record(path)
+    return path
+
+
+def test_text_summary_of_the_latest_run(db: Path) -> None:
+    result = run_cli("report", "--db", str(db))
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert out.startswith("run train (#1): pid 4321")
+    assert "command: python train.py --token=***" in out
+    assert "ended: process 4321 has exited" in out
+    assert re.search(r"Step time: 19\d\.\d ms -> 3\d\d\.\d ms", out), out
+    assert "at this rate it reaches 4.0 GiB in" in out
+    assert "[critical] host_memory_drift since" in out
+    assert "[warning] abrupt_slowdown since" in out
+    assert "check the data loader" in out  # the cause and fix travel with the finding
+
+
+def test_json_is_one_document_with_run_series_and_findings(db: Path) -> None:
+    result = run_cli("report", "train", "--db", str(db), "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["run"]["name"] == "train"
+    assert report["run"]["command"] == ["python", "train.py", "--token=***"]
+    rss = next(s for s in report["series"] if s["series"] == "rss_bytes")
+    assert rss["first"]["value"] == pytest.approx(900 * MIB, rel=0.01)
+    assert rss["max"] == pytest.approx(1023 * MIB, rel=0.01)
+    trend = next(t for t in report["trends"] if t["line"] == "RSS")
+    assert trend["per_hour"] == pytest.approx(40 * MIB, rel=0.05)
+    tf = next(s for s in report["series"] if s["series"] == "tf_allocator_current_bytes")
+    assert tf["labels"] == {"device": "CPU:0"}
+    leak = next(f for f in report["findings"] if f["kind"] == "host_memory_drift")
+    assert [c["severity"] for c in leak["changes"]] == ["warning", "critical"]
+    assert leak["evidence"] == {"slope_bytes_per_hour": 40.0 * MIB}
+
+
+def test_run_selection_and_unknown_runs(db: Path, tmp_path: Path) -> None:
+    assert run_cli("report", "1", "--db", str(db)).returncode == 0
+    assert_one_line_error(run_cli("report", "nope", "--db", str(db)), "no run 'nope'", "train")
+    assert_one_line_error(run_cli("report", "--db", str(tmp_path / "none.db")), "no history at")
+    broken = tmp_path / "broken.db"
+    broken.write_bytes(b"\x00garbage" * 1000)
+    assert_one_line_error(run_cli("report", "--db", str(broken)), "file is not a database")
+    html = tmp_path / "missing-dir" / "report.html"
+    assert_one_line_error(run_cli("report", "--db", str(db), "--html", str(html)), "--html")
+
+
+def test_an_empty_history_is_one_clear_error(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.db"
+    History(empty).close()
+    assert_one_line_error(run_cli("report", "--db", str(empty)), "holds no runs yet")
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """Path of Debian's chromium; installs it when missing (needs root), as make does."""
+    path = shutil.which("chromium")
+    if path is None:
+        subprocess.run(["make", "-C", str(REPO), "system-deps"], check=True)
+        path = shutil.which("chromium")
+    if path is None:
+        pytest.fail("chromium is missing and cannot be installed: apt-get install chromium")
+    return path
+
+
+def headless(chromium: str, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Chromium for a closed network: no sandbox (root), no GPU, no background traffic."""
+    return subprocess.run(
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={profile}",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+
+
+def test_html_is_self_contained_and_renders_plots_in_chromium(
+    db: Path, tmp_path: Path, chromium: str
+) -> None:
+    page = tmp_path / "report.html"
+    result = run_cli("report", "--db", str(db), "--html", str(page))
+    assert result.returncode == 0, result.stderr
+    html = page.read_text()
+    assert "<script" not in html
+    assert "<link" not in html
+    assert re.findall(r"(?:src|href)=", html) == []  # nothing to fetch
+    assert "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")
+
+    dom = headless(chromium, tmp_path / "profile-dom", "--dump-dom", page.as_uri()).stdout
+    assert dom.count("<svg") == 5  # step time, RSS, TF memory, event files, uploads
+    assert dom.count("<polyline") >= 6
+    assert "host_memory_drift" in dom
+
+    png = tmp_path / "report.png"
+    headless(
+        chromium,
+        tmp_path / "profile-shot",
+        f"--screenshot={png}",
+        "--window-size=1000,2600",
+        page.as_uri(),
+    )
+    pixels = np.asarray(Image.open(png).convert("RGB"), dtype=np.int16)
+    height = pixels.shape[0]
+    assert len(np.unique(pixels[::7, ::7].reshape(-1, 3), axis=0)) > 50  # not blank
+    # Rows where the plots' first line colour is drawn (right of the legends' swatches).
+    teal = np.array([int(LINE_COLOURS[0][i : i + 2], 16) for i in (1, 3, 5)])
+    line_rows = np.nonzero((np.abs(pixels[:, 100:] - teal) <= 24).all(axis=2).any(axis=1))[0]
+    assert len(line_rows) > 300
+    assert len(set(line_rows * 5 // height)) >= 4  # plots down the whole page, not one
