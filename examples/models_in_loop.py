@@ -3,10 +3,11 @@
 Each trial builds, compiles and fits a new model. Without
 ``keras.backend.clear_session()`` between trials, Keras's global state (layer name
 counters, the functions traced for every model, their graphs) keeps every old model
-reachable, and host memory grows trial after trial while TensorFlow's allocator and the
-tracing count of any one model stay flat. driftwatch reports ``host_memory_drift`` (leak
-class ``framework_state``). Fix: call ``keras.backend.clear_session()`` at the start of
-each trial.
+reachable, and host memory grows trial after trial, with the old models' variables in
+TensorFlow's allocator. driftwatch reports ``host_memory_drift`` (leak class
+``tensors_kept_alive`` when TF's allocator keeps statistics, as under ``driftwatch run
+--cpu-allocator-stats``; its advice names models built in a loop). Fix: call
+``keras.backend.clear_session()`` at the start of each trial.
 
 python examples/models_in_loop.py [--seconds 40]
 """

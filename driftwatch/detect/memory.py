@@ -463,7 +463,9 @@ class HostMemoryDetector(MemoryDriftDetector):
             return "tensors_kept_alive", (
                 "TensorFlow's own allocator grows with it: tensors are being kept alive, "
                 "e.g. outputs or losses appended to a Python list, or a tf.Variable/metric "
-                "that accumulates. Keep Python floats (loss.numpy()) instead of tensors."
+                "that accumulates, or whole models kept alive (models built in a loop: "
+                "keras.backend.clear_session() between them). Keep Python floats "
+                "(loss.numpy()) instead of tensors."
             )
         if self._retraced(trend.since):
             return "retracing", (
