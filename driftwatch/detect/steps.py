@@ -7,6 +7,7 @@ medians (100 steps, or fewer when steps are slow), and only those are tested.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import deque
 
@@ -98,7 +99,7 @@ class SlowdownDetector:
             self._active = False
 
     def _current_ratio(self) -> float:
-        recent = [x for _, x in list(self._recent)[-RECENT_BLOCKS:]]
+        recent = [x for _, x in itertools.islice(reversed(self._recent), RECENT_BLOCKS)]
         return math.exp(float(np.median(recent)))
 
     def _rebaseline(self) -> None:

@@ -66,14 +66,13 @@ class TensorflowProbes:
     def read(self) -> list[Reading]:
         readings = self._memory()
         if self._functions:
-            counts = [int(f.experimental_get_tracing_count()) for f, _ in self._functions]
-            self._functions = [
-                (f, count if first < 0 else first)
-                for (f, first), count in zip(self._functions, counts, strict=True)
-            ]
-            retraced = sum(
-                count - first for (_, first), count in zip(self._functions, counts, strict=True)
-            )
+            retraced = 0
+            for i, (function, first) in enumerate(self._functions):
+                count = int(function.experimental_get_tracing_count())
+                if first < 0:  # the first reading: its traces so far are the normal ones
+                    self._functions[i] = (function, count)
+                    first = count
+                retraced += count - first
             readings.append(("tracing_count", (), float(retraced)))
         return readings
 
