@@ -415,9 +415,16 @@ def daemon(
     ] = None,
     listen: ListenOption = DEFAULT_LISTEN,
     findings: FindingsOption = None,
+    db: DbOption = None,
+    retention: RetentionOption = DEFAULT_RETENTION_TEXT,
+    tls_cert: TlsCertOption = None,
+    tls_key: TlsKeyOption = None,
+    tls_client_ca: TlsClientCaOption = None,
 ) -> None:
     """Watch every hooked process on this machine, and those --match finds, on one /metrics."""
     host, port = parse_listen(listen)
+    keep = _check_retention(retention)
+    tls = _tls_context(tls_cert, tls_key, tls_client_ca)
     logging.getLogger("driftwatch.daemon").setLevel(logging.INFO)
     with ExitStack() as stack:
         findings_file = stack.enter_context(_open_findings(findings)) if findings else None
@@ -426,14 +433,26 @@ def daemon(
             if findings_file is not None:
                 findings_file.write(finding.to_json(run) + "\n")
 
-        node = Daemon(partial(load_config, config, match or [], interval), on_finding=report)
+        history = History(db or default_db_path(), keep)
+        stack.callback(history.close)  # last: after every run has handed over its rest
+        node = Daemon(
+            partial(load_config, config, match or [], interval), on_finding=report, history=history
+        )
         server = MetricsServer(
-            metrics_app(lambda: node.snapshots), host, port, "watching this machine's runs"
+            metrics_app(lambda: node.snapshots), host, port, "watching this machine's runs", tls
         )
         stack.callback(server.close)
-        print(f"driftwatch: daemon started; metrics at {server.url}", file=sys.stderr)
+        print(
+            f"driftwatch: daemon started; history in {history.path}; metrics at {server.url}",
+            file=sys.stderr,
+        )
         with handling_signals(node) as received:
             node.run()
+    if history.failed is None:
+        print(
+            f"driftwatch: history in {history.path} (driftwatch report --db {history.path})",
+            file=sys.stderr,
+        )
     if received and received[0] == signal.SIGINT:
         raise typer.Exit(EXIT_INTERRUPTED)
 

@@ -9,6 +9,10 @@ Each tick the daemon
    ``--match`` pattern finds;
 3. ticks every monitor and drops those whose target has gone, with their series.
 
+With a ``History``, each run is recorded into it, and ends there with why it was dropped
+(or that the daemon stopped); a restarted daemon resumes the runs of the processes that
+still live.
+
 One thread ticks all monitors: a tick only reads ``/proc``, shared memory and the new bytes
 of event files, so a node's targets fit in one interval, and nothing needs a lock. A
 target's failure ends its own monitor only. Scrapes read the tuple of snapshots published
@@ -44,6 +48,7 @@ from driftwatch.channel import (
 from driftwatch.detect.catalog import default_engine
 from driftwatch.errors import TargetAccessDenied, TargetError, TargetGone, UsageError
 from driftwatch.findings import Finding
+from driftwatch.history import History
 from driftwatch.hook.autolog import RUN_ENV
 from driftwatch.monitor import Monitor, Pacer, Snapshot, check_interval
 from driftwatch.sources import default_sources
@@ -198,7 +203,7 @@ class Daemon:
 
     ``load`` reads the configuration (called again on ``reload``); ``directories`` says
     where to look for channels; ``scan`` lists the process table; ``clock`` stamps samples;
-    ``on_finding`` gets each run's findings.
+    ``on_finding`` gets each run's findings; ``history``, if any, records every run.
     """
 
     def __init__(
@@ -211,6 +216,7 @@ class Daemon:
         scan: ProcessScan = scan_processes,
         clock: Callable[[], float] = time.time,
         on_finding: Callable[[str, Finding], None] = lambda run, finding: None,
+        history: History | None = None,
     ) -> None:
         self._load = load
         self.config = load()
@@ -218,6 +224,7 @@ class Daemon:
         self._scan = scan
         self._clock = clock
         self._on_finding = on_finding
+        self._history = history
         self._own = _own_lineage()
         self._watched: dict[Key, _Watched] = {}
         self._skipped: set[Key] = set()  # refused or unreadable: logged once, not retried
@@ -366,6 +373,7 @@ class Daemon:
             default_engine(),
             clock=self._clock,
             on_finding=lambda finding: self._report(name, finding),
+            recorder=None if self._history is None else self._history.recorder(name, target.info),
         )
         self._watched[key] = _Watched(monitor, command, channel is None, channel)
         log.info("watching %s (pid %d), found by %s", name, target.pid, found_by)
@@ -391,7 +399,7 @@ class Daemon:
 
     def _drop(self, key: Key, reason: str) -> None:
         watched = self._watched.pop(key)
-        watched.monitor.close()
+        watched.monitor.close(reason)
         log.info("stopped watching %s (pid %d): %s", watched.monitor.run, key[0], reason)
 
     def _sweep(self, key: Key, path: Path) -> None:
@@ -459,7 +467,8 @@ class Daemon:
             self.close()
 
     def close(self) -> None:
-        """Stop watching everything (the runs' channels stay: their processes live on)."""
+        """Stop watching everything (the runs' channels stay: their processes live on); their
+        history ends with ``monitor.STOPPED``."""
         for watched in self._watched.values():
             watched.monitor.close()
         self._watched.clear()

@@ -204,8 +204,10 @@ class History:
         self._clock = clock
         self._conn = _connect(path, read_only=False)
         self._queue: queue.Queue[_Batch | object] = queue.Queue(QUEUE_BATCHES)
+        # Ids of the runs being watched and of their series; forgotten when a run ends, so a
+        # daemon that sees many processes come and go keeps only the live ones.
         self._run_ids: dict[TargetInfo, int] = {}
-        self._series_ids: dict[tuple[int, str, str], int] = {}
+        self._series_ids: dict[int, dict[tuple[str, str], int]] = {}
         self._pruned_at: dict[int, float] = {}
         self.failed: str | None = None
         """Why the history stopped being written; ``None`` while it works."""
@@ -312,6 +314,10 @@ class History:
         )
         if batch.t >= self._pruned_at.get(run_id, -math.inf) + PRUNE_SECONDS:
             self._prune_buckets(run_id, batch.t)
+        if batch.ended is not None:
+            del self._run_ids[batch.target]
+            self._series_ids.pop(run_id, None)
+            self._pruned_at.pop(run_id, None)
 
     def _run_id(self, batch: _Batch) -> int:
         target = batch.target
@@ -349,16 +355,17 @@ class History:
         return run_id
 
     def _series_id(self, run_id: int, name: str, labels: str) -> int:
-        key = (run_id, name, labels)
-        series_id = self._series_ids.get(key)
+        known = self._series_ids.setdefault(run_id, {})
+        series_id = known.get((name, labels))
         if series_id is None:
+            key = (run_id, name, labels)
             self._conn.execute(
                 "INSERT OR IGNORE INTO series (run_id, name, labels) VALUES (?, ?, ?)", key
             )
             (series_id,) = self._conn.execute(
                 "SELECT id FROM series WHERE run_id = ? AND name = ? AND labels = ?", key
             ).fetchone()
-            self._series_ids[key] = series_id
+            known[(name, labels)] = series_id
         return series_id
 
     def _prune_buckets(self, run_id: int, now: float) -> None:

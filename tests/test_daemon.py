@@ -29,8 +29,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from driftwatch.channel import ChannelWriter, ensure_private_dir
 from driftwatch.daemon import SCAN_EVERY_TICKS, Config, Daemon, channel_dirs, load_config
 from driftwatch.errors import UsageError
+from driftwatch.history import HistoryReader, RunRecord
 from driftwatch.hook.protocol import SERIES_META, Kind
 from tests.conftest import TF_ENV, run_cli, unused_pid, wait_for
+from tests.test_history import last_seen
 
 # -- helpers -----------------------------------------------------------------------------------
 
@@ -43,8 +45,11 @@ def unique_sleep() -> tuple[list[str], str]:
     return ["sleep", seconds], f"^sleep {re.escape(seconds)}$"
 
 
+Sleepers = tuple[list[subprocess.Popen[bytes]], str]
+
+
 @pytest.fixture
-def sleepers() -> Iterator[tuple[list[subprocess.Popen[bytes]], str]]:
+def sleepers() -> Iterator[Sleepers]:
     """Two processes running the same unique command, and the pattern that finds them."""
     command, pattern = unique_sleep()
     children = [subprocess.Popen(command) for _ in range(2)]
@@ -98,7 +103,7 @@ class DaemonProcess:
     def _url(self) -> str | None:
         if self.process.poll() is not None:
             pytest.fail(f"the daemon exited early: {''.join(self.lines)}")
-        found = (re.search(r"metrics at (http://\S+)", line) for line in list(self.lines))
+        found = (re.search(r"metrics at (https?://\S+)", line) for line in list(self.lines))
         return next((match.group(1) for match in found if match), None)
 
     def runs(self) -> dict[str, str]:
@@ -193,6 +198,8 @@ def test_a_bad_configuration_is_one_line_error(tmp_path: Path, text: str, needle
         (["--config", "/nonexistent/daemon.toml"], "cannot read it: No such file"),
         (["--match", "(unclosed"], "--match: bad regular expression"),
         (["--interval", "0"], "--interval 0.0: must be between"),
+        (["--retention", "soon"], "--retention 'soon' needs a unit"),
+        (["--db", "/proc/self/history.db"], "cannot use the history /proc/self/history.db"),
     ],
 )
 def test_bad_options_are_one_line_errors(args: list[str], needle: str) -> None:
@@ -214,7 +221,7 @@ def test_every_users_runtime_directory_is_searched() -> None:
 
 
 def test_matching_processes_are_watched_with_unique_names_and_dropped_when_they_exit(
-    tmp_path: Path, sleepers: tuple[list[subprocess.Popen[bytes]], str]
+    tmp_path: Path, sleepers: Sleepers
 ) -> None:
     (first, second), pattern = sorted(sleepers[0], key=lambda child: child.pid), sleepers[1]
     daemon = make_daemon(tmp_path, pattern)
@@ -255,9 +262,7 @@ def test_the_daemon_never_watches_itself_or_its_parents(tmp_path: Path) -> None:
     assert daemon.runs == {}
 
 
-def test_hooked_processes_are_named_by_their_channel(
-    tmp_path: Path, sleepers: tuple[list[subprocess.Popen[bytes]], str]
-) -> None:
+def test_hooked_processes_are_named_by_their_channel(tmp_path: Path, sleepers: Sleepers) -> None:
     first, second = sorted(sleepers[0], key=lambda child: child.pid)
     for child in (first, second):
         hook_channel(tmp_path, child.pid, psutil.Process(child.pid).create_time(), "resnet")
@@ -358,7 +363,7 @@ def test_an_unsafe_channel_directory_is_skipped_once(
 
 def test_reload_drops_what_no_pattern_finds_and_keeps_the_old_config_when_bad(
     tmp_path: Path,
-    sleepers: tuple[list[subprocess.Popen[bytes]], str],
+    sleepers: Sleepers,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     children, pattern = sleepers
@@ -473,6 +478,81 @@ def test_findings_of_every_run_are_logged_and_appended(
         line.startswith(f"driftwatch: {run}: [critical] nonfinite: ") for line in daemon.lines
     )
     assert daemon.stop() == 0
+
+
+# -- history -------------------------------------------------------------------------------------
+
+
+def recorded_runs(db: Path) -> dict[int, RunRecord]:
+    """The runs the history holds, by PID."""
+    reader = HistoryReader(db)
+    try:
+        return {run.pid: run for run in reader.runs()}
+    finally:
+        reader.close()
+
+
+def rss_span(db: Path, run: RunRecord) -> tuple[float, float, int]:
+    """First and last time, and bucket count, of the run's RSS in ``driftwatch report --json``."""
+    result = run_cli("report", "--db", str(db), "--json", str(run.id))
+    assert result.returncode == 0, result.stderr
+    rss = next(s for s in json.loads(result.stdout)["series"] if s["series"] == "rss_bytes")
+    return rss["first"]["t"], rss["last"]["t"], rss["buckets"]
+
+
+def test_a_daemon_killed_and_restarted_resumes_the_same_runs(
+    daemons: list[DaemonProcess], tmp_path: Path, sleepers: Sleepers
+) -> None:
+    children, pattern = sleepers
+    pids = sorted(child.pid for child in children)
+    db = tmp_path / "history.db"
+    args = ("--match", pattern, "--interval", "0.1", "--db", str(db))
+    daemons.append(DaemonProcess(*args))
+    wait_for(lambda: sorted(recorded_runs(db)) == pids, 30, "both runs' first batches")
+    flushed = last_seen(db)
+    wait_for(lambda: last_seen(db) > flushed, 30, "a second batch")
+    daemons[0].kill()  # SIGKILL: no flush, no ending
+    before = recorded_runs(db)
+    killed_at = min(run.last_seen for run in before.values())
+    assert all(run.ended is None for run in before.values())
+    spans_before = {pid: rss_span(db, run) for pid, run in before.items()}
+
+    daemons.append(DaemonProcess(*args))
+    wait_for(
+        lambda: all(r.last_seen > killed_at + 1 for r in recorded_runs(db).values()),
+        30,
+        "the restarted daemon's batches of both runs",
+    )
+    assert daemons[1].stop() == 0
+    after = recorded_runs(db)
+    assert {pid: (r.id, r.name, r.first_seen) for pid, r in after.items()} == {
+        pid: (r.id, r.name, r.first_seen) for pid, r in before.items()
+    }
+    for pid, run in after.items():
+        assert run.ended == "monitoring stopped"
+        first, last, buckets = rss_span(db, run)
+        assert first == spans_before[pid][0] <= killed_at - 1  # from before the kill
+        assert last > killed_at + 1  # and after the restart
+        assert buckets > spans_before[pid][2]
+
+
+def test_sigterm_flushes_the_history_and_an_exited_target_ends_its_run(
+    daemons: list[DaemonProcess], tmp_path: Path, sleepers: Sleepers
+) -> None:
+    (exiting, lasting), pattern = sleepers
+    db = tmp_path / "history.db"
+    daemons.append(DaemonProcess("--match", pattern, "--interval", "0.1", "--db", str(db)))
+    wait_for(lambda: len(recorded_runs(db)) == 2, 30, "both runs' first batches")
+    exiting.kill()
+    exiting.wait()
+    wait_for(lambda: recorded_runs(db)[exiting.pid].ended is not None, 30, "the exit recorded")
+    assert recorded_runs(db)[exiting.pid].ended == f"process {exiting.pid} has exited"
+    stopping = time.time()  # the next periodic batch is seconds away: only the stop sends one
+    assert daemons[0].stop(signal.SIGTERM) == 0
+    run = recorded_runs(db)[lasting.pid]
+    assert run.ended == "monitoring stopped"
+    assert run.last_seen >= stopping - 0.5
+    assert f"driftwatch: history in {db} (driftwatch report --db {db})\n" in daemons[0].lines
 
 
 # -- acceptance: two hooked Keras trainings -----------------------------------------------------

@@ -129,6 +129,19 @@ def test_a_restarted_monitor_resumes_the_run_of_the_same_process(tmp_path: Path)
     reader.close()
 
 
+def test_a_process_watched_again_by_the_same_history_resumes_its_run(tmp_path: Path) -> None:
+    """As when a daemon drops a run on reload and a pattern finds its process again: the
+    writer forgets an ended run's ids, then finds the run again by its process."""
+    db = tmp_path / "history.db"
+    history = History(db, clock=lambda: START)
+    for part in range(2):
+        record_ticks(history, TARGET, [START + part * 600 + i * TICK for i in range(3)])
+    history.close()
+    (run,) = HistoryReader(db).runs()
+    assert (run.first_seen, run.last_seen) == (START, START + 600 + 2 * TICK)
+    assert run.ended == "monitoring stopped"
+
+
 def test_a_monitor_records_its_ticks_and_why_it_ended(tmp_path: Path) -> None:
     db = tmp_path / "history.db"
     history = History(db)

@@ -213,13 +213,18 @@ def test_unusable_tls_files_are_usage_errors(pki: Pki, tmp_path: Path) -> None:
         TlsConfig(pki.server, key, tmp_path / "no-ca.pem").context()
 
 
-def test_attach_serves_https_and_rejects_bad_tls_flags(
-    pki: Pki, sleeper: subprocess.Popen[bytes]
+@pytest.mark.parametrize(
+    ("command", "shows"),
+    [(["attach", "{pid}"], "driftwatch_target_info"), (["daemon"], "driftwatch_build_info")],
+)
+def test_attach_and_daemon_serve_https_and_reject_bad_tls_flags(
+    pki: Pki, sleeper: subprocess.Popen[bytes], command: list[str], shows: str
 ) -> None:
+    command = [arg.format(pid=sleeper.pid) for arg in command]
     cert, key = str(pki.server), str(pki.server.with_suffix(".key"))
-    attach = subprocess.Popen(
+    watching = subprocess.Popen(
         [
-            *(sys.executable, "-m", "driftwatch", "attach", str(sleeper.pid), "--interval", "1"),
+            *(sys.executable, "-m", "driftwatch", *command, "--interval", "1"),
             *("--listen", "127.0.0.1:0", "--tls-cert", cert, "--tls-key", key),
             *("--tls-client-ca", str(pki.ca)),
         ],
@@ -228,17 +233,18 @@ def test_attach_serves_https_and_rejects_bad_tls_flags(
         text=True,
     )
     try:
-        assert attach.stderr is not None
-        url = re.search(r"metrics at (\S+)", attach.stderr.readline())
+        assert watching.stderr is not None
+        url = re.search(r"metrics at (\S+)", watching.stderr.readline())
         assert url is not None
         assert url.group(1).startswith("https://127.0.0.1:")
-        assert "driftwatch_target_info" in scrape(url.group(1), pki.client_context(pki.client))
+        assert shows in scrape(url.group(1), pki.client_context(pki.client))
     finally:
-        attach.terminate()
-        attach.wait(timeout=30)
+        watching.terminate()
+        watching.wait(timeout=30)
+    assert watching.returncode == 0
     for flags, needle in [
         (["--tls-cert", cert], "--tls-key"),
         (["--tls-cert", cert, "--tls-key", "/nonexistent.key"], "/nonexistent.key"),
         (["--tls-client-ca", str(pki.ca)], "--tls-client-ca needs"),
     ]:
-        assert_one_line_error(run_cli("attach", str(sleeper.pid), *flags), needle)
+        assert_one_line_error(run_cli(*command, *flags), needle)
