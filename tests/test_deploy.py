@@ -93,7 +93,11 @@ def test_service_and_monitor_select_the_daemons() -> None:
 def test_systemd_accepts_the_unit(tmp_path: Path) -> None:
     # The unit names where pip installs driftwatch; here it is this interpreter's.
     unit = (DEPLOY / "systemd" / "driftwatch.service").read_text()
-    assert "ExecStart=/opt/driftwatch/bin/driftwatch daemon --listen 0.0.0.0:19461" in unit
+    assert (
+        "\nExecStart=/opt/driftwatch/bin/driftwatch daemon --listen 0.0.0.0:19461 "
+        "--db /var/lib/driftwatch/history.db\n" in unit
+    )
+    assert "\nStateDirectory=driftwatch\n" in unit  # /var/lib/driftwatch, writable by it alone
     local = tmp_path / "driftwatch.service"
     local.write_text(unit.replace("/opt/driftwatch/bin", str(Path(sys.executable).parent)))
     done = subprocess.run(
