@@ -291,6 +291,31 @@ def test_slowdown_ignores_a_long_small_excess_and_reports_once_it_matters() -> N
     assert alarms(evaluation) == ["abrupt_slowdown"]
 
 
+def first_alarm(detector: Detector, samples: list[Sample], every: float = 1.0) -> float:
+    """When ``detector``, evaluated every ``every`` seconds as a monitor does, first raises
+    a warning (NaN: never)."""
+    next_tick = samples[0].t + every
+    for sample in samples:
+        detector.observe(sample)
+        if sample.t >= next_tick:
+            next_tick += every
+            if alarms(detector.evaluate(sample.t)):
+                return sample.t
+    return math.nan
+
+
+def test_slowdown_of_sub_millisecond_steps_needs_more_than_a_burst_of_contention() -> None:
+    """At 0.75 ms a step, 100 steps last 75 ms: a burst of contention (another process on
+    the core) would fill several blocks. Blocks span a second instead, so the burst does not
+    alarm, while a sustained 1.5x still does, within seconds."""
+    base = noisy_steps(60_000, 0.00075)  # 45 s
+    burst = noisy_steps(1000, 0.00075 * 2.5, seed=3)  # about 1.9 s
+    values = np.concatenate([base[:40_000], burst, base[40_000:]])
+    assert math.isnan(first_alarm(SlowdownDetector(), steps(values)))
+    samples = steps(np.concatenate([base, noisy_steps(8000, 0.00075 * 1.5, seed=4)]))
+    assert first_alarm(SlowdownDetector(), samples) - samples[60_000].t < 6
+
+
 def test_memory_trends_are_judged_on_floors_not_on_spikes() -> None:
     """Probes that land mid-step (+512 MiB a third of the time, more often lately) lift
     window means but not floors: no drift."""
