@@ -52,6 +52,7 @@ from driftwatch.daemon import Daemon, load_config
 from driftwatch.findings import Finding
 from driftwatch.history import History
 from driftwatch.hook.protocol import SERIES_META, Kind
+from driftwatch.pidns import identify
 
 TARGETS = 8
 HOOKED = 4
@@ -94,7 +95,7 @@ class SyntheticHook:
 
     def __init__(self, directory: Path, process: psutil.Process, run: str, seed: int) -> None:
         self._writer = ChannelWriter.create(
-            directory, process.pid, process.create_time(), capacity=CHANNEL_RECORDS
+            directory, identify(process.pid), process.create_time(), CHANNEL_RECORDS
         )
         self._writer.set_meta({"run": run, "pid": process.pid, SERIES_META: TF_SERIES})
         self._random = random.Random(seed)

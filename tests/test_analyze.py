@@ -122,8 +122,9 @@ def keras_logdir(tmp_path: Path, name: str, *extra: str, epochs: int = 10) -> Pa
 
 @pytest.mark.tf
 def test_analyze_finds_a_slowdown_in_a_real_keras_logdir(tmp_path: Path) -> None:
-    # About 920 steps an epoch: 6,000 ms-steps to settle, then 7,000 steps 2 ms slower.
-    logdir = keras_logdir(tmp_path, "slow", "--slow-from-step", "6000", epochs=14)
+    # About 920 steps an epoch: 20,000 ms-steps to settle (blocks of a second: 5 of warm-up
+    # and 10 of baseline), then 7,600 steps 2 ms slower.
+    logdir = keras_logdir(tmp_path, "slow", "--slow-from-step", "20000", epochs=30)
     findings = analyze(logdir)
     slowdowns = [f for f in findings if f.kind == "abrupt_slowdown"]
     assert slowdowns, findings

@@ -189,11 +189,30 @@ def test_memory_jump_is_a_step_not_a_leak() -> None:
 
 
 def test_fast_growth_is_critical_even_in_warm_up() -> None:
-    samples = [Sample("memory_limit_bytes", 4.0 * GIB, T0)]
+    samples = [Sample("memory_limit_bytes", 4.0 * GIB, T0), Sample("train_step", 1.0, T0)]
     samples += [Sample("rss_bytes", GIB + i * 0.5 * 30 * MIB, T0 + i * 0.5) for i in range(80)]
     (finding,) = feed(HostMemoryDetector(), samples).findings
     assert finding.severity is Severity.CRITICAL
     assert float(finding.evidence["seconds_to_limit"]) < 300
+
+
+def test_start_up_before_the_first_step_is_not_judged() -> None:
+    """A job importing TensorFlow and building its model climbs hundreds of MB in seconds
+    (slower still on a busy host): not a leak, unless it goes on once training runs."""
+    limit = [Sample("memory_limit_bytes", 4.0 * GIB, T0)]
+    ramp = [Sample("rss_bytes", 10 * MIB + i * 20 * MIB, T0 + i) for i in range(30)]
+    top = ramp[-1].value
+    flat = [Sample("rss_bytes", top + (i % 3) * MIB, T0 + 30 + i) for i in range(30)]
+    first_step = [Sample("train_step", 1.0, T0 + 30)]
+    samples = sorted(limit + ramp + first_step + flat, key=lambda s: s.t)
+    assert alarms(feed(HostMemoryDetector(), samples)) == []
+    leak = [Sample("rss_bytes", top + i * 20 * MIB, T0 + 30 + i) for i in range(30)]
+    samples = sorted(limit + ramp + first_step + leak, key=lambda s: s.t)
+    assert alarms(feed(HostMemoryDetector(), samples)) == ["host_memory_drift"]
+    # Without any step (a job that reports none), start-up ends after two minutes.
+    steady = [Sample("rss_bytes", 10 * MIB + i * 10 * MIB, T0 + i) for i in range(200)]
+    assert alarms(feed(HostMemoryDetector(), limit + steady[:110])) == []
+    assert alarms(feed(HostMemoryDetector(), limit + steady)) == ["host_memory_drift"]
 
 
 def test_leak_class_from_tf_memory_and_tracing() -> None:
@@ -232,7 +251,7 @@ def test_gpu_memory_uses_the_gpus_total_as_limit() -> None:
         "gpu_process_memory_bytes", "gpu_memory_drift", "GPU memory", "gpu_memory_total_bytes"
     )
     gpu = (("gpu", "0"),)
-    samples = [Sample("gpu_memory_total_bytes", 16.0 * GIB, T0, gpu)]
+    samples = [Sample("gpu_memory_total_bytes", 16.0 * GIB, T0, gpu), Sample("train_step", 1, T0)]
     samples += [
         Sample("gpu_process_memory_bytes", 8 * GIB + i * 20 * MIB, T0 + 2 * i, gpu)
         for i in range(100)
@@ -291,6 +310,31 @@ def test_slowdown_ignores_a_long_small_excess_and_reports_once_it_matters() -> N
     assert alarms(evaluation) == ["abrupt_slowdown"]
 
 
+def first_alarm(detector: Detector, samples: list[Sample], every: float = 1.0) -> float:
+    """When ``detector``, evaluated every ``every`` seconds as a monitor does, first raises
+    a warning (NaN: never)."""
+    next_tick = samples[0].t + every
+    for sample in samples:
+        detector.observe(sample)
+        if sample.t >= next_tick:
+            next_tick += every
+            if alarms(detector.evaluate(sample.t)):
+                return sample.t
+    return math.nan
+
+
+def test_slowdown_of_sub_millisecond_steps_needs_more_than_a_burst_of_contention() -> None:
+    """At 0.75 ms a step, 100 steps last 75 ms: a burst of contention (another process on
+    the core) would fill several blocks. Blocks span a second instead, so the burst does not
+    alarm, while a sustained 1.5x still does, within seconds."""
+    base = noisy_steps(60_000, 0.00075)  # 45 s
+    burst = noisy_steps(1000, 0.00075 * 2.5, seed=3)  # about 1.9 s
+    values = np.concatenate([base[:40_000], burst, base[40_000:]])
+    assert math.isnan(first_alarm(SlowdownDetector(), steps(values)))
+    samples = steps(np.concatenate([base, noisy_steps(8000, 0.00075 * 1.5, seed=4)]))
+    assert first_alarm(SlowdownDetector(), samples) - samples[60_000].t < 6
+
+
 def test_memory_trends_are_judged_on_floors_not_on_spikes() -> None:
     """Probes that land mid-step (+512 MiB a third of the time, more often lately) lift
     window means but not floors: no drift."""
@@ -326,7 +370,7 @@ def test_leak_class_in_a_short_run_and_from_retracing_warnings() -> None:
     alive; without the hook's tracing count, TF's retracing warnings tell retracing."""
 
     def short_leak(extra: str) -> str:
-        samples = [Sample("memory_limit_bytes", 8.0 * GIB, T0)]
+        samples = [Sample("memory_limit_bytes", 8.0 * GIB, T0), Sample("train_step", 1.0, T0)]
         for i in range(80):
             t = T0 + i * 0.5
             samples.append(Sample("rss_bytes", GIB + i * 0.5 * 10 * MIB, t))

@@ -69,7 +69,7 @@ def slowing_job(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]
     env["TF_CPU_ALLOCATOR_USE_BFC"] = "true"  # so the hook reports TF allocator memory
     script = [str(EXAMPLES / "train_keras.py"), "--logdir", str(logdir), "--epochs", "1000"]
     job = subprocess.Popen(
-        [sys.executable, *script, "--slow-from-step", "2500", "--slow-seconds", "0.01"],
+        [sys.executable, *script, "--slow-from-step", "20000", "--slow-seconds", "0.01"],
         stderr=subprocess.DEVNULL,
         env=env,
     )
@@ -134,7 +134,8 @@ def test_prometheus_scrapes_driftwatch_and_evaluates_the_rules(
             )
 
         wait_for(lambda: _up(server), 20, "Prometheus to start", poll=0.2)
-        wait_for(slowdown_alert, 75, "the slowdown's alert to go off", poll=0.5)
+        # TF's start-up, 20,000 steps of baseline (about 20 s), then the slowdown is seen.
+        wait_for(slowdown_alert, 120, "the slowdown's alert to go off", poll=0.5)
 
         for name in sorted(recorded()):
             assert api(server, "query", query=name)["result"], f"recording rule {name} is empty"

@@ -201,7 +201,8 @@ def test_run_injects_the_hook_into_an_unmodified_keras_script(
         assert metrics["driftwatch_source_up[('source', 'hook')]"] == 1
         assert 1e-5 < metrics["driftwatch_step_duration_seconds[]"] < 1
         assert metrics["driftwatch_tf_allocator_current_bytes[('device', 'CPU:0')]"] > 0
-        assert metrics["driftwatch_tf_function_traces_total[]"] >= 1
+        # Keras traced its train function before the hook's first reading: no retracing.
+        assert metrics["driftwatch_tf_function_traces_total[]"] == 0
         assert metrics["driftwatch_train_step[]"] > 0
         with urllib.request.urlopen(url, timeout=10) as response:
             checked = promtool_check_metrics(promtool, response.read().decode())

@@ -5,7 +5,8 @@ consecutive windows at several widths (2 s to 10 min) and the newest ``points`` 
 each are tested: Theil-Sen slope and Mann-Kendall trend (corrected for lag-1
 autocorrelation), within the segment after the last level jump, so a one-off allocation is
 a "memory step", not a leak. Short scales see fast growth within seconds, long ones a slow
-leak over hours. Warm-up is excluded, and a trend counts as a leak only once it has held for
+leak over hours. Start-up (imports, model building, tracing: until the first training step)
+is never judged; warm-up is excluded, and a trend counts as a leak only once it has held for
 ``min_span`` seconds (a GC or caching cycle rises for minutes, then falls), except growth
 that would exhaust the limit within ``fast_horizon`` seconds: that is reported whenever it
 is seen.
@@ -110,7 +111,9 @@ class _Signal:
     def scale(self, width: float) -> WindowMeans:
         return next(s for s in self.scales if s.width == width)
 
-    analysed: dict[float, tuple[tuple[int, float], _ScaleAnalysis]] = field(default_factory=dict)
+    analysed: dict[float, tuple[tuple[int, float, float], _ScaleAnalysis]] = field(
+        default_factory=dict
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +134,9 @@ class MemoryThresholds:
     scales: tuple[float, ...] = SCALES_SECONDS
 
 
+STARTUP_MAX_SECONDS = 120.0
+"""Memory climbs steeply while a job imports TensorFlow, builds its model and traces it:
+that start-up ends at the first training step, or after this long when none is seen."""
 SLOWING = 0.8
 """A window's newer half rising slower than this share of its older half's rate is a
 rise that levels off (a warm-up), not noise around a steady one."""
@@ -167,7 +173,7 @@ class MemoryDriftDetector:
         self.name = kind
         self.what = what
         self.signal = signal
-        wanted = {signal, "epoch_seconds"}
+        wanted = {signal, "epoch_seconds", "train_step"}
         if limit_series is not None:
             wanted.add(limit_series)
         self.series = frozenset(wanted)
@@ -176,11 +182,14 @@ class MemoryDriftDetector:
         self._limits: dict[Labels, float] = {}
         self._epochs = 0
         self._epochs_done_at = math.nan  # when ``warmup_epochs`` epochs had ended
+        self._first_step_at = math.inf  # when the first training step was seen
 
     # -- input -------------------------------------------------------------------------
 
     def observe(self, sample: Sample) -> None:
-        if sample.series == "epoch_seconds":
+        if sample.series == "train_step":
+            self._first_step_at = min(self._first_step_at, sample.t)
+        elif sample.series == "epoch_seconds":
             self._epochs += 1
             if self._epochs == self.thresholds.warmup_epochs:
                 self._epochs_done_at = sample.t
@@ -200,6 +209,10 @@ class MemoryDriftDetector:
 
     # -- analysis ----------------------------------------------------------------------
 
+    def training_start(self, state: _Signal) -> float:
+        """When start-up ended: growth before it is never judged, not even urgent growth."""
+        return min(self._first_step_at, state.first_t + STARTUP_MAX_SECONDS)
+
     def warmup_end(self, state: _Signal) -> float:
         """Warm-up lasts ``warmup_seconds`` and ``warmup_epochs`` epochs, whichever is longer."""
         by_time = state.first_t + self.thresholds.warmup_seconds
@@ -213,19 +226,21 @@ class MemoryDriftDetector:
         fast: list[Trend] = []
         jumps: list[Jump] = []
         warm_until = self.warmup_end(state)
+        started = self.training_start(state)
         for scale in state.scales:
-            key = (scale.version, warm_until)
+            key = (scale.version, warm_until, started)
             cached = state.analysed.get(scale.width)
             if cached is None or cached[0] != key:
-                cached = state.analysed[scale.width] = (key, self._analyse(scale, warm_until))
+                analysis = self._analyse(scale, warm_until, started)
+                cached = state.analysed[scale.width] = (key, analysis)
             scale_settled, scale_fast, scale_jumps = cached[1]
             settled += scale_settled
             fast += scale_fast
             jumps += scale_jumps
         return settled, fast, jumps
 
-    def _analyse(self, scale: WindowMeans, warm_until: float) -> _ScaleAnalysis:
-        """One scale's trends and jumps; cached until a window closes or warm-up ends."""
+    def _analyse(self, scale: WindowMeans, warm_until: float, started: float) -> _ScaleAnalysis:
+        """One scale's trends and jumps; cached until a window closes or a phase ends."""
         settled: list[Trend] = []
         fast: list[Trend] = []
         jumps: list[Jump] = []
@@ -242,7 +257,7 @@ class MemoryDriftDetector:
         start = splits[-1] + 1 if splits else 0
         for subset, bucket, alpha in (
             (times >= warm_until, settled, self.thresholds.alpha_settled),
-            (None, fast, self.thresholds.alpha),
+            (times >= started, fast, self.thresholds.alpha),
         ):
             idx = np.arange(start, len(floors))
             if subset is not None:
@@ -291,10 +306,11 @@ class MemoryDriftDetector:
         # cycle's rising half fills a narrow window but not a wide one).
         horizon = self.thresholds.fast_horizon
         rising = {t.width for t in fast}
+        started = self.training_start(state)
         tested = {
             w
             for w in self.thresholds.scales
-            if len(state.scale(w).means) >= self.thresholds.min_points
+            if sum(t >= started for t, _ in state.scale(w).means) >= self.thresholds.min_points
         }
         urgent = [
             t

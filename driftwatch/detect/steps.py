@@ -32,12 +32,21 @@ LEAST_REPORTED = 1.075
 reports only once the recent blocks are this much slower than the baseline."""
 RECENT_BLOCKS = 5
 """Blocks whose median is the current ratio."""
+STILL_SLOW = 1 + (LEAST_REPORTED - 1) / 2
+"""A reported slowdown ends once the recent blocks fall back below this ratio."""
+MIN_BLOCK_SECONDS = 1.0
+"""A block spans at least this much wall time: with sub-millisecond steps, 100 steps last
+less than a burst of scheduler contention, which would then look like a slowdown."""
+MAX_SUB_BLOCKS = 256
+"""Bounds the sub-blocks merged into one block (a clock that jumps back never closes one)."""
 
 
 class SlowdownDetector:
     """One-sided CUSUM of log block-median step time against the run's own baseline.
 
-    The first ``warmup_blocks`` blocks (tracing, caches filling) are skipped. The baseline
+    When steps are fast, consecutive block medians are merged (their median) until a block
+    spans ``MIN_BLOCK_SECONDS``. The first ``warmup_blocks`` blocks (tracing, caches filling)
+    are skipped. The baseline
     is the median of the blocks after them, growing until ``baseline_blocks`` and then
     frozen; testing starts once ``min_baseline_blocks`` are in, so short runs are watched
     too, and from then on only blocks seen while the sum is at zero join the baseline.
@@ -62,6 +71,8 @@ class SlowdownDetector:
         threshold: float = 0.2,
     ) -> None:
         self._blocks = RunningMedianBlocks(block, max_seconds=block_seconds, min_size=min_block)
+        self._sub_blocks: list[float] = []  # log medians of the sub-blocks of the open block
+        self._last_block_t = -math.inf
         self._warmup_left = warmup_blocks
         self._baseline_blocks: list[float] = []  # log block medians
         self._min_baseline = min_baseline_blocks
@@ -76,7 +87,13 @@ class SlowdownDetector:
         block = self._blocks.add(sample.value, sample.t)
         if block is None or not block[0] > 0:
             return
-        level, t = math.log(block[0]), block[1]
+        t = block[1]
+        self._sub_blocks.append(math.log(block[0]))
+        if t - self._last_block_t < MIN_BLOCK_SECONDS and len(self._sub_blocks) < MAX_SUB_BLOCKS:
+            return
+        level = float(np.median(self._sub_blocks))
+        self._sub_blocks.clear()
+        self._last_block_t = t
         if self._warmup_left > 0:
             self._warmup_left -= 1
             return
@@ -93,9 +110,10 @@ class SlowdownDetector:
         ratio = level - math.log(self.baseline)
         self._cusum.update(min(ratio, self._cusum.h / 2), t)
         self._recent.append((t, ratio))
-        if self._cusum.alarm:
-            self._active = self._active or self._current_ratio() >= LEAST_REPORTED
-        elif self._cusum.value < self._cusum.h / 3:
+        current = self._current_ratio()
+        if self._cusum.alarm and current >= LEAST_REPORTED:
+            self._active = True
+        elif self._cusum.value < self._cusum.h / 3 or current < STILL_SLOW:
             self._active = False
 
     def _current_ratio(self) -> float:
