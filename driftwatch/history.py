@@ -13,9 +13,9 @@ resumes it; a new process is a new run even under the same run name, because nam
 labels people choose and repeat. (In the one bucket per tier that spans the restart, the
 new monitor's part replaces what the old one had written of it.)
 
-Size is bounded: each tier but the coarsest is kept as far back from the run's newest data
-as the store keeps it in memory (an hour of 10 s buckets, a day of 1 min buckets), the
-coarsest for the whole run, and runs not seen for ``retention`` seconds are deleted.
+Size is bounded: each tier is kept as far back from the run's newest data as its
+``TierSpec.history_seconds`` says (an hour of 10 s buckets, a day of 1 min buckets, the
+whole run of 10 min buckets), and runs not seen for ``retention`` seconds are deleted.
 """
 
 from __future__ import annotations
@@ -200,7 +200,9 @@ class History:
     ) -> None:
         self.path = path
         self.retention = retention
-        self._horizons = {t.width_seconds: t.width_seconds * t.capacity for t in tiers[:-1]}
+        self._horizons = {
+            t.width_seconds: t.history_seconds for t in tiers if math.isfinite(t.history_seconds)
+        }
         self._clock = clock
         self._conn = _connect(path, read_only=False)
         self._queue: queue.Queue[_Batch | object] = queue.Queue(QUEUE_BATCHES)
@@ -369,7 +371,7 @@ class History:
         return series_id
 
     def _prune_buckets(self, run_id: int, now: float) -> None:
-        """Drop the run's buckets of fine tiers older than the store keeps them."""
+        """Drop the run's buckets of fine tiers older than the tiers' history horizons."""
         for width, horizon in self._horizons.items():
             self._conn.execute(
                 "DELETE FROM buckets WHERE width = ? AND start < ? AND series_id IN "

@@ -1,9 +1,11 @@
 """Bounded, multi-resolution history per series.
 
-Each series keeps its most recent raw samples and, for the long view, downsampled tiers
-(10 s, 1 min, 10 min buckets with count, mean, min, max and last). Every part is a ring of
-flat ``array('d')`` columns with a fixed capacity, so memory stays constant however long
-the run, with no Python object per sample once a ring is full.
+Each series keeps its most recent raw samples and downsampled tiers (10 s, 1 min, 10 min
+buckets with count, mean, min, max and last), from which the history database is written:
+the long view lives there, so memory holds only the newest buckets of each tier (enough for
+the history to catch up after a slow disk). Every part is a ring of flat ``array('d')``
+columns with a fixed capacity, so memory stays constant however long the run, with no
+Python object per sample once a ring is full.
 """
 
 from __future__ import annotations
@@ -62,12 +64,15 @@ class Ring:
 class TierSpec:
     width_seconds: float
     capacity: int
+    """Buckets kept in memory."""
+    history_seconds: float = math.inf
+    """How far back from a run's newest data the history database keeps the tier."""
 
 
 DEFAULT_TIERS = (
-    TierSpec(10.0, 360),  # one hour at 10 s
-    TierSpec(60.0, 1440),  # one day at 1 min
-    TierSpec(600.0, 4320),  # thirty days at 10 min
+    TierSpec(10.0, 360, history_seconds=3600.0),  # memory: 1 h; history: the newest hour
+    TierSpec(60.0, 360, history_seconds=86400.0),  # memory: 6 h; history: the newest day
+    TierSpec(600.0, 360),  # memory: 60 h; history: the whole run
 )
 
 BUCKET_COLUMNS = ("start", "count", "mean", "min", "max", "last")
