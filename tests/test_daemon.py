@@ -31,7 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from driftwatch.channel import ChannelWriter, ensure_private_dir
 from driftwatch.daemon import SCAN_EVERY_TICKS, Config, Daemon, channel_dirs, load_config
-from driftwatch.errors import UsageError
+from driftwatch.errors import HistoryError, UsageError
 from driftwatch.history import HistoryReader, RunRecord
 from driftwatch.hook.protocol import SERIES_META, Kind
 from driftwatch.pidns import ProcessId, identify
@@ -43,7 +43,6 @@ from tests.conftest import (
     unused_pid,
     wait_for,
 )
-from tests.test_history import last_seen
 
 # -- helpers -----------------------------------------------------------------------------------
 
@@ -636,11 +635,16 @@ def test_findings_of_every_run_are_logged_and_appended(
 # -- history -------------------------------------------------------------------------------------
 
 
-def recorded_runs(db: Path) -> dict[int, RunRecord]:
-    """The runs the history holds, by PID."""
-    reader = HistoryReader(db)
+def recorded_runs(db: Path, children: list[subprocess.Popen[bytes]]) -> dict[int, RunRecord]:
+    """The runs of ``children`` the history holds, by PID (the daemon also records the
+    machine's other hooked processes)."""
     try:
-        return {run.pid: run for run in reader.runs()}
+        reader = HistoryReader(db)
+    except HistoryError:  # not created yet
+        return {}
+    try:
+        pids = {child.pid for child in children}
+        return {run.pid: run for run in reader.runs() if run.pid in pids}
     finally:
         reader.close()
 
@@ -666,15 +670,18 @@ def test_a_daemon_killed_and_restarted_resumes_the_same_runs(
     daemons: list[DaemonProcess], tmp_path: Path, sleepers: Sleepers
 ) -> None:
     children, pattern = sleepers
-    pids = sorted(child.pid for child in children)
     db = tmp_path / "history.db"
     args = ("--match", pattern, "--interval", "0.1", "--db", str(db))
+
+    def last_seen() -> float:
+        return min((run.last_seen for run in recorded_runs(db, children).values()), default=0)
+
     daemons.append(DaemonProcess(*args))
-    wait_for(lambda: sorted(recorded_runs(db)) == pids, 30, "both runs' first batches")
-    flushed = last_seen(db)
-    wait_for(lambda: last_seen(db) > flushed, 30, "a second batch")
+    wait_for(lambda: len(recorded_runs(db, children)) == 2, 30, "both runs' first batches")
+    flushed = last_seen()
+    wait_for(lambda: last_seen() > flushed, 30, "a second batch of both")
     daemons[0].kill()  # SIGKILL: no flush, no ending
-    before = recorded_runs(db)
+    before = recorded_runs(db, children)
     killed_at = min(run.last_seen for run in before.values())
     assert all(run.ended is None for run in before.values())
     first_reported = {pid: reported_rss(db, run)[0] for pid, run in before.items()}
@@ -682,12 +689,10 @@ def test_a_daemon_killed_and_restarted_resumes_the_same_runs(
 
     daemons.append(DaemonProcess(*args))
     wait_for(  # past the 10-second bucket the kill fell into
-        lambda: all(r.last_seen > killed_at + 11 for r in recorded_runs(db).values()),
-        45,
-        "the restarted daemon's batches of both runs",
+        lambda: last_seen() > killed_at + 11, 45, "the restarted daemon's batches of both runs"
     )
     assert daemons[1].stop() == 0
-    after = recorded_runs(db)
+    after = recorded_runs(db, children)
     assert {pid: (r.id, r.name, r.first_seen) for pid, r in after.items()} == {
         pid: (r.id, r.name, r.first_seen) for pid, r in before.items()
     }
@@ -704,17 +709,20 @@ def test_a_daemon_killed_and_restarted_resumes_the_same_runs(
 def test_sigterm_flushes_the_history_and_an_exited_target_ends_its_run(
     daemons: list[DaemonProcess], tmp_path: Path, sleepers: Sleepers
 ) -> None:
-    (exiting, lasting), pattern = sleepers
+    children, pattern = sleepers
+    exiting, lasting = children
     db = tmp_path / "history.db"
     daemons.append(DaemonProcess("--match", pattern, "--interval", "0.1", "--db", str(db)))
-    wait_for(lambda: len(recorded_runs(db)) == 2, 30, "both runs' first batches")
+    wait_for(lambda: len(recorded_runs(db, children)) == 2, 30, "both runs' first batches")
     exiting.kill()
     exiting.wait()
-    wait_for(lambda: recorded_runs(db)[exiting.pid].ended is not None, 30, "the exit recorded")
-    assert recorded_runs(db)[exiting.pid].ended == f"process {exiting.pid} has exited"
+    wait_for(
+        lambda: recorded_runs(db, children)[exiting.pid].ended is not None, 30, "the exit recorded"
+    )
+    assert recorded_runs(db, children)[exiting.pid].ended == f"process {exiting.pid} has exited"
     stopping = time.time()  # the next periodic batch is seconds away: only the stop sends one
     assert daemons[0].stop(signal.SIGTERM) == 0
-    run = recorded_runs(db)[lasting.pid]
+    run = recorded_runs(db, children)[lasting.pid]
     assert run.ended == "monitoring stopped"
     assert run.last_seen >= stopping - 0.5
     assert f"driftwatch: history in {db} (driftwatch report --db {db})\n" in daemons[0].lines
