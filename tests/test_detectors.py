@@ -109,7 +109,6 @@ def test_slowdown_flags_a_ramp_as_gradual() -> None:
     samples = steps(values)
     (finding,) = feed(SlowdownDetector(), samples).findings
     assert finding.kind == "gradual_slowdown"
-    assert int(finding.evidence["climb_blocks"]) > 20
     # The climb began with the ramp, well before the CUSUM sum left zero for good.
     assert abs(finding.since - samples[5000].t) < 0.25 * (samples[-1].t - samples[5000].t)
 

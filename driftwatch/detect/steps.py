@@ -40,13 +40,15 @@ autocorrelated first half hour is uncertain by a few percent, and a bar that ign
 is crossed by healthy runs whose baseline happened to be low."""
 RECENT_BLOCKS = 5
 """Blocks whose median is the recent ratio (ends a report; smooths the onset search)."""
+CLIMB_SMOOTHING = 2 * RECENT_BLOCKS - 1
+"""Blocks in the running median that tells a climb's start and end."""
 LEVEL_BLOCKS = 30
 """Most blocks since the onset that estimate the current level."""
 STILL_SLOW = 1 + (LEAST_REPORTED - 1) / 2
 """A reported slowdown ends once the recent blocks fall back below this ratio."""
 MIN_BLOCK_SECONDS = 1.0
-"""A block spans at least this much wall time: with sub-millisecond steps, 100 steps last
-less than a burst of scheduler contention, which would then look like a slowdown."""
+"""A block spans about this much wall time at least: with sub-millisecond steps, 100 steps
+last less than a burst of scheduler contention, which would then look like a slowdown."""
 MAX_SUB_BLOCKS = 256
 """Bounds the sub-blocks merged into one block (a clock that jumps back never closes one)."""
 BASELINE_CHUNKS = 48
@@ -59,8 +61,9 @@ class SlowdownDetector:
     When steps are fast, consecutive block medians are merged (their median) until a block
     spans ``MIN_BLOCK_SECONDS``. The first ``warmup_blocks`` blocks (tracing, caches filling)
     are skipped. The baseline is the median of chunk medians: chunks of ``baseline_blocks``
-    blocks, the first one taken as it comes (testing starts once ``min_baseline_blocks`` of
-    it are in, so short runs are watched too), each later one kept only if no slowdown was
+    blocks, the first one from the blocks seen while the sum is not past ``h`` (testing
+    starts once ``min_baseline_blocks`` of it are in, so short runs are watched too), each
+    later one kept only if no slowdown was
     reported during it, the newest ``BASELINE_CHUNKS``. So the baseline gets more precise as
     the run goes on (a slow wander averages out instead of staying frozen in the first half
     hour) and a reported slowdown never joins it.
@@ -106,6 +109,8 @@ class SlowdownDetector:
         self._recent: deque[tuple[float, float]] = deque(maxlen=512)  # (t, log ratio)
         self._since_onset = 0  # blocks since the sum last left zero
         self._active = False  # hysteresis: on above h, off below h / 3
+        self._gradual = False  # the kind, decided when the report starts
+        self._since = math.nan  # and since when
 
     def observe(self, sample: Sample) -> None:
         block = self._blocks.add(sample.value, sample.t)
@@ -113,7 +118,10 @@ class SlowdownDetector:
             return
         t = block[1]
         self._sub_blocks.append(math.log(block[0]))
-        if t - self._last_block_t < MIN_BLOCK_SECONDS and len(self._sub_blocks) < MAX_SUB_BLOCKS:
+        # Close at the whole number of sub-blocks nearest to MIN_BLOCK_SECONDS: 100 steps of
+        # 10 ms span a second give or take, and must not be merged in pairs half the time.
+        span, merged = t - self._last_block_t, len(self._sub_blocks)
+        if span + span / (2 * merged) < MIN_BLOCK_SECONDS and merged < MAX_SUB_BLOCKS:
             return
         level = float(np.median(self._sub_blocks))
         self._sub_blocks.clear()
@@ -121,7 +129,7 @@ class SlowdownDetector:
         if self._warmup_left > 0:
             self._warmup_left -= 1
             return
-        self._add_to_baseline(level)
+        self._add_to_baseline(level, first_ok=not self._cusum.alarm)
         if math.isnan(self.baseline):
             return
         ratio = level - math.log(self.baseline)
@@ -129,16 +137,22 @@ class SlowdownDetector:
         self._recent.append((t, ratio))
         self._since_onset = 0 if self._cusum.value == 0.0 else self._since_onset + 1
         if self._cusum.alarm and self._current_ratio() >= self._bar():
+            if not self._active:
+                self._start_report()
             self._active = True
         elif self._cusum.value < self._cusum.h / 3 or self._recent_ratio() < STILL_SLOW:
             self._active = False
         self._chunk_clean = self._chunk_clean and not self._active
 
-    def _add_to_baseline(self, level: float) -> None:
-        """Fill the chunk; the first one sets the baseline and the noise as it grows."""
+    def _add_to_baseline(self, level: float, first_ok: bool) -> None:
+        """Fill the chunk; the first one sets the baseline and the noise as it grows, from
+        the blocks that come while the sum is not past ``h`` (``first_ok``): a slowdown in
+        the first minutes must not raise its own baseline and noise."""
         chunk = self._chunk
-        chunk.append(level)
         first = not self._chunks
+        if first and not first_ok:
+            return
+        chunk.append(level)
         if first and len(chunk) >= self._min_baseline:
             levels = np.array(chunk)
             self._noise = robust_scale(levels)
@@ -178,42 +192,47 @@ class SlowdownDetector:
         return math.exp(intercept + slope * len(levels))
 
     def _climb(self, ratio: float) -> tuple[float, int]:
-        """When the recent ratio last started to climb from a quarter of ``ratio`` (log
-        units), and in how many blocks it then reached three quarters: a step takes a few,
-        a ramp many. Before the first ``RECENT_BLOCKS`` blocks: the oldest block kept."""
+        """When the level last started to climb from a quarter of ``ratio`` (log units),
+        and in how many blocks it then reached three quarters: a step takes a few, a ramp
+        many. The level is the running median of ``CLIMB_SMOOTHING`` blocks, so that noise
+        dips during a slow ramp do not pass for its start."""
         times = np.array([t for t, _ in self._recent])
         values = np.array([x for _, x in self._recent])
-        if len(values) < RECENT_BLOCKS:
-            return float(times[0]), len(values)
-        # smooth[i] is the median of the RECENT_BLOCKS blocks ending at block i + offset
-        smooth = np.median(sliding_window_view(values, RECENT_BLOCKS), axis=1)
-        offset = RECENT_BLOCKS - 1
+        padded = np.pad(values, (CLIMB_SMOOTHING - 1, 0), mode="edge")
+        smooth = np.median(sliding_window_view(padded, CLIMB_SMOOTHING), axis=1)
         low = np.flatnonzero(smooth <= ratio / 4)
         start = int(low[-1]) if len(low) else -1
         high = np.flatnonzero(smooth[start + 1 :] >= 3 * ratio / 4)
         blocks = int(high[0]) + 1 if len(high) else len(smooth) - start
-        return float(times[max(start, 0) + offset]), blocks
+        return float(times[max(start, 0)]), blocks
+
+    def _start_report(self) -> None:
+        """Decide, once per report, whether the slowdown is gradual, and since when: a
+        report that changed its kind as noise moves the climb would read as two problems."""
+        climb_start, climb_blocks = self._climb(math.log(self._current_ratio()))
+        onset = self._cusum.onset_t
+        self._gradual = climb_blocks > RECENT_BLOCKS
+        if onset is None or self._gradual:
+            self._since = climb_start if onset is None else min(climb_start, onset)
+        else:
+            self._since = onset
 
     def evaluate(self, now: float) -> Evaluation:
         score = self._cusum.value / self._cusum.h
-        onset = self._cusum.onset_t
-        if not self._active or onset is None:
+        if not self._active:
             return Evaluation(score)
         ratio = self._current_ratio()
-        climb_start, climb_blocks = self._climb(math.log(ratio))
-        gradual = climb_blocks > RECENT_BLOCKS
+        since = self._since
         current = self.baseline * ratio
         evidence: dict[str, float | str] = {
             "ratio": ratio,
             "baseline_step_seconds": self.baseline,
             "current_step_seconds": current,
-            "climb_blocks": climb_blocks,
+            "onset": since,
         }
         severity = Severity.CRITICAL if ratio >= 2 else Severity.WARNING
         before, after = human_seconds(self.baseline), human_seconds(current)
-        if gradual:
-            since = min(climb_start, onset)
-            evidence["onset"] = since
+        if self._gradual:
             message = (
                 f"steps are getting slower: {ratio:.2f}x the baseline ({before} -> {after} per "
                 f"step), rising gradually since about {clock(since)}. Likely causes: an input "
@@ -223,10 +242,8 @@ class SlowdownDetector:
             )
             kind = "gradual_slowdown"
         else:
-            since = onset
-            evidence["onset"] = since
             message = (
-                f"steps became {ratio:.2f}x slower around {clock(onset)} ({before} -> {after} "
+                f"steps became {ratio:.2f}x slower around {clock(since)} ({before} -> {after} "
                 "per step) and stayed there. Look at what changed then: "
                 "a new data shard or augmentation, a learning-rate or mixed-precision switch, "
                 "another job on the same device or host, a throttled disk or network."
