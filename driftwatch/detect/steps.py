@@ -353,15 +353,18 @@ class SlowCallbackDetector:
     def observe(self, sample: Sample) -> None:
         if sample.series == "step_seconds":
             block = self._steps.add(sample.value, sample.t)
-            if block is not None:
-                self._step = block[0]
-                self._blocks_seen += 1
+            if block is None:
+                return
+            self._step = block[0]
+            self._blocks_seen += 1
         else:
             block = self._gaps.add(sample.value, sample.t)
-            if block is not None:
-                self._gap = block[0]
-                if self._blocks_seen == 3:  # after warm-up: the share to compare against
-                    self._baseline_share = self.share
+            if block is None:
+                return
+            self._gap = block[0]
+            if self._blocks_seen == 3:  # after warm-up: the share to compare against
+                self._baseline_share = self.share
+        # The share changes only when a block closes.
         if math.isnan(self._since) and self.share >= self.share_threshold:
             self._since = sample.t
 
