@@ -12,19 +12,27 @@ get in, or if it sits in a directory anyone may write to without the sticky bit)
 named ``<pid>-<round(create_time * 100)>.dwc`` with ``create_time`` as psutil
 reports it, so a monitor that knows ``(pid, create_time)`` of its target finds the right file
 and a reused PID never matches an old one. Next to each, ``<same stem>.json`` holds the
-writer's metadata, replaced atomically as a whole.
+writer's metadata, replaced atomically as a whole. The writer holds a lock (``flock``) on
+its file as long as it lives, so anyone who can open the file can tell an abandoned channel
+from a live one (``writer_alive``), whichever PID namespace its writer is in.
 
-Format, version 1, little-endian throughout::
+The PID is the writer's own, which is not the node's when the writer runs in a container;
+the header therefore also names the writer as a ``driftwatch.pidns.ProcessId``, which a
+node agent maps to the process it sees (``driftwatch.pidns.find_process``).
+
+Format, version 2, little-endian throughout::
 
     header, 64 bytes
        0  8s  magic b"DWCHAN1\\0"
-       8  u32 version (1)
+       8  u32 version (2)
       12  u32 record size in bytes (40)
       16  u32 capacity, in records
-      20  u32 writer pid
+      20  u32 writer pid, in its own PID namespace
       24  f64 writer create_time
       32  u64 write_seq: how many records the writer has started, the last perhaps unfinished
-      40  reserved (zeros) up to 64
+      40  u64 writer start time, in clock ticks after boot
+      48  u64 inode of the writer's PID namespace
+      56  reserved (zeros) up to 64
     then ``capacity`` records of 40 bytes; record number ``seq`` (1-based) is in slot
     ``(seq - 1) % capacity``:
        0  u64 seq (with bit 63 set: abandoned, the writer could not encode its values)
@@ -54,6 +62,7 @@ seen before its body is complete.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import mmap
@@ -68,22 +77,26 @@ from pathlib import Path
 from typing import NamedTuple
 
 from driftwatch.errors import DriftwatchError
+from driftwatch.pidns import ProcessId, identify
 
 log = logging.getLogger(__name__)
 
 MAGIC = b"DWCHAN1\0"
-VERSION = 1
+VERSION = 2
 SUFFIX = ".dwc"
 META_SUFFIX = ".json"
 DEFAULT_CAPACITY = 65536
+SHARED_DIR_ENV = "DRIFTWATCH_SHARED_DIR"
 MAX_META_BYTES = 1 << 20
 """A larger metadata sidecar is ignored: the reader never loads an unbounded file."""
 
 _HEADER = struct.Struct("<8sIIIId")
+_IDENTITY = struct.Struct("<QQ")  # start ticks and PID namespace, after write_seq
 _BODY = struct.Struct("<IIddd")  # a record after its seq
 _RECORD = struct.Struct("<QIIddd")
 HEADER_SIZE = 64
 WRITE_SEQ_OFFSET = 32
+IDENTITY_OFFSET = 40
 _WRITE_SEQ_WORD = WRITE_SEQ_OFFSET // 8
 RECORD_SIZE = _RECORD.size
 ABANDONED = 1 << 63
@@ -107,18 +120,25 @@ class Record(NamedTuple):
 
 def runtime_dir(environ: Mapping[str, str] | None = None, uid: int | None = None) -> Path:
     """Where a process keeps its channel: ``$DRIFTWATCH_RUNTIME_DIR``,
-    ``$XDG_RUNTIME_DIR/driftwatch`` or ``/tmp/driftwatch-UID``.
+    ``$DRIFTWATCH_SHARED_DIR/UID``, ``$XDG_RUNTIME_DIR/driftwatch`` or ``/tmp/driftwatch-UID``.
 
-    By default for this process; a monitor passes its target's environment and user.
+    ``DRIFTWATCH_SHARED_DIR`` names a directory that every user may create their own
+    directory in, as in ``/tmp`` (mode 1777, or root's when every job runs as root): the one
+    that containers share with a node agent (see ``deploy/kubernetes``). By default for this
+    process; a monitor passes its target's environment and user.
     """
     environ = os.environ if environ is None else environ
+    uid = os.getuid() if uid is None else uid
     explicit = environ.get("DRIFTWATCH_RUNTIME_DIR")
     if explicit:
         return Path(explicit)
+    shared = environ.get(SHARED_DIR_ENV)
+    if shared:
+        return Path(shared) / str(uid)
     xdg = environ.get("XDG_RUNTIME_DIR")
     if xdg:
         return Path(xdg) / "driftwatch"
-    return Path(f"/tmp/driftwatch-{os.getuid() if uid is None else uid}")
+    return Path(f"/tmp/driftwatch-{uid}")
 
 
 def ensure_private_dir(path: str | os.PathLike[str]) -> Path:
@@ -190,15 +210,6 @@ def channel_path(directory: str | os.PathLike[str], pid: int, create_time: float
     return Path(directory) / f"{pid}-{round(create_time * 100)}{SUFFIX}"
 
 
-def find_channel(directory: str | os.PathLike[str], pid: int, create_time: float) -> Path | None:
-    """The channel file of ``(pid, create_time)`` if that process has one, else None."""
-    path = channel_path(directory, pid, create_time)
-    try:
-        return path if stat.S_ISREG(os.lstat(path).st_mode) else None
-    except OSError:
-        return None
-
-
 def list_channels(directory: str | os.PathLike[str]) -> list[tuple[int, float, Path]]:
     """``(pid, create_time, path)`` of every channel file in ``directory``, by pid."""
     directory = Path(directory)
@@ -214,6 +225,24 @@ def list_channels(directory: str | os.PathLike[str]) -> list[tuple[int, float, P
         if match:
             found.append((int(match.group(1)), int(match.group(2)) / 100, directory / name))
     return sorted(found)
+
+
+def writer_alive(path: Path) -> bool:
+    """Whether a process still holds the channel ``path`` open as its writer (a process
+    forked from the writer counts, until it exits too); False if the file is gone."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    except OSError as err:
+        raise ChannelError(f"cannot open the channel file {path}: {err}") from err
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # also releases the lock, when it was taken
+    return False
 
 
 def _meta_path(path: Path) -> Path:
@@ -261,12 +290,13 @@ class ChannelWriter:
     Not thread-safe, by design (the hot path takes no lock): call ``write`` from one thread.
     """
 
-    __slots__ = ("_meta_failed", "_mm", "_seq", "_words", "capacity", "dropped", "path")
+    __slots__ = ("_fd", "_meta_failed", "_mm", "_seq", "_words", "capacity", "dropped", "path")
 
-    def __init__(self, path: Path, mm: mmap.mmap, capacity: int) -> None:
+    def __init__(self, path: Path, fd: int, mm: mmap.mmap, capacity: int) -> None:
         self.path = path
         self.capacity = capacity
         self.dropped = 0  # records that could not be written (values out of range, or closed)
+        self._fd = fd  # open, and locked, as long as the channel is: see ``writer_alive``
         self._mm = mm
         self._words = memoryview(mm).cast("Q")  # for the seq counters, see the module doc
         self._seq = 0
@@ -276,20 +306,21 @@ class ChannelWriter:
     def create(
         cls,
         directory: str | os.PathLike[str],
-        pid: int,
+        process: ProcessId,
         create_time: float,
         capacity: int = DEFAULT_CAPACITY,
     ) -> ChannelWriter:
-        """Create the channel file of ``(pid, create_time)`` in ``directory`` and map it.
+        """Create the channel file of ``process`` (``create_time`` as psutil says) in
+        ``directory`` and map it.
 
-        The file is built under a hidden temporary name and renamed into place, so a reader
-        never finds a half-initialised channel; a stale file of the same name (this process
-        re-creating its channel) is replaced.
+        The file is built (and locked) under a hidden temporary name and renamed into place,
+        so a reader never finds a half-initialised channel, nor one that looks abandoned; a
+        stale file of the same name (this process re-creating its channel) is replaced.
         """
         if not 1 <= capacity <= 0xFFFFFFFF:
             raise ValueError(f"capacity must be between 1 and 2**32 - 1, not {capacity}")
         _require_little_endian()
-        path = channel_path(directory, pid, create_time)
+        path = channel_path(directory, process.pid, create_time)
         temporary = path.with_name(f".{path.name}.tmp")
         size = HEADER_SIZE + capacity * RECORD_SIZE
         try:
@@ -297,22 +328,26 @@ class ChannelWriter:
             _refuse_foreign(temporary)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(temporary)  # left by an earlier attempt of this process
-            fd = os.open(temporary, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_NOFOLLOW, 0o600)
+            fd = os.open(
+                temporary, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+            )
         except OSError as err:
             raise ChannelError(f"cannot create the channel file {path}: {err}") from err
         try:
-            try:
-                os.ftruncate(fd, size)
-                mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-            finally:
-                os.close(fd)
-            _HEADER.pack_into(mm, 0, MAGIC, VERSION, RECORD_SIZE, capacity, pid, create_time)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.ftruncate(fd, size)
+            mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            _HEADER.pack_into(
+                mm, 0, MAGIC, VERSION, RECORD_SIZE, capacity, process.pid, create_time
+            )
+            _IDENTITY.pack_into(mm, IDENTITY_OFFSET, process.start_ticks, process.namespace)
             os.replace(temporary, path)
         except OSError as err:
+            os.close(fd)
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
             raise ChannelError(f"cannot create the channel file {path}: {err}") from err
-        return cls(path, mm, capacity)
+        return cls(path, fd, mm, capacity)
 
     def write(self, kind: int, key: int, t: float, a: float = 0.0, b: float = 0.0) -> None:
         """Append one record; the hot path: no system call, no lock, never raises."""
@@ -365,6 +400,9 @@ class ChannelWriter:
         self._mm.close()
         if unlink:
             remove_channel(self.path)
+        if self._fd >= 0:  # last: the channel looks abandoned from here on
+            os.close(self._fd)
+            self._fd = -1
 
 
 class NullWriter:
@@ -385,13 +423,15 @@ class NullWriter:
 def open_writer(
     pid: int, create_time: float, directory: str | os.PathLike[str] | None = None
 ) -> ChannelWriter | NullWriter:
-    """The channel writer of this process, or a ``NullWriter`` (with one warning) if impossible.
+    """The channel writer of process ``pid`` (this one, its caller's own), or a ``NullWriter``
+    (with one warning) if impossible.
 
     Never raises: a monitoring problem must not disturb training.
     """
     try:
+        process = identify(pid)
         private = ensure_private_dir(runtime_dir() if directory is None else directory)
-        return ChannelWriter.create(private, pid, create_time)
+        return ChannelWriter.create(private, process, create_time)
     except (ChannelError, OSError) as err:
         log.warning("driftwatch: monitoring channel disabled, records are not sent: %s", err)
         return NullWriter()
@@ -416,11 +456,11 @@ class ChannelReader:
     """The monitor's end: copies out the records written since the last ``read``."""
 
     def __init__(
-        self, path: Path, mm: mmap.mmap, capacity: int, pid: int, create_time: float
+        self, path: Path, mm: mmap.mmap, capacity: int, process: ProcessId, create_time: float
     ) -> None:
         self.path = path
         self.capacity = capacity
-        self.pid = pid  # of the writer, as it wrote into the header
+        self.process = process  # the writer, as it named itself in the header
         self.create_time = create_time
         self.lost_total = 0
         self._mm = mm
@@ -465,6 +505,7 @@ class ChannelReader:
         finally:
             os.close(fd)
         magic, version, record_size, capacity, pid, create_time = _HEADER.unpack_from(mm, 0)
+        ticks, namespace = _IDENTITY.unpack_from(mm, IDENTITY_OFFSET)
         problem = None
         if magic != MAGIC:
             problem = "not a driftwatch channel (bad magic)"
@@ -478,7 +519,7 @@ class ChannelReader:
         if problem is not None:
             mm.close()
             raise ChannelError(f"{path}: {problem}")
-        return cls(path, mm, capacity, pid, create_time)
+        return cls(path, mm, capacity, ProcessId(pid, ticks, namespace), create_time)
 
     def _head(self) -> int:
         """``write_seq``: the newest record the writer has started (perhaps not finished)."""

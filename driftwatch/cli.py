@@ -339,11 +339,11 @@ def _run_job(
     with forwarding_signals(child):
         try:
             target = Target.attach(child.pid)
-        except TargetGone:  # it finished before driftwatch could look
+            monitor, reason, started = _watch(target, run_name, options, [pump], threading.Event())
+        except TargetGone:  # it finished before driftwatch could start watching
             child.wait()
             pump.close()
             return exit_code(child.returncode)
-        monitor, reason, started = _watch(target, run_name, options, [pump], threading.Event())
         child.wait()
     # The job is gone: its channel has no reader left to serve.
     remove_channel(

@@ -35,17 +35,21 @@ from typing import Any
 import psutil
 
 from driftwatch.channel import (
+    SHARED_DIR_ENV,
     ChannelError,
+    ChannelReader,
     check_private_dir,
     list_channels,
     read_meta,
     remove_channel,
+    writer_alive,
 )
 from driftwatch.detect.catalog import default_engine
 from driftwatch.errors import TargetAccessDenied, TargetError, TargetGone, UsageError
 from driftwatch.findings import Finding
 from driftwatch.hook.autolog import RUN_ENV
 from driftwatch.monitor import Monitor, Pacer, Snapshot, check_interval
+from driftwatch.pidns import find_process, start_ticks
 from driftwatch.sources import default_sources
 from driftwatch.target import Target, default_run_name
 
@@ -57,7 +61,7 @@ SCAN_EVERY_TICKS = 5
 job that only a pattern finds can wait a few seconds more to be noticed."""
 
 Key = tuple[int, int]
-"""A process: its PID and ``round(create_time * 100)``, as in channel file names."""
+"""A process: its PID and ``round(create_time * 100)``, both as this daemon sees them."""
 
 ProcessScan = Callable[[], Iterable[tuple[int, float, str]]]
 """Lists ``(pid, create_time, command line)`` of the processes on the node."""
@@ -160,12 +164,15 @@ def load_config(
 
 def channel_dirs(extra: Sequence[Path], environ: dict[str, str] | None = None) -> list[Path]:
     """Where hooked processes keep their channels: ``extra``, ``$DRIFTWATCH_RUNTIME_DIR``,
-    and every user's default runtime directories (``/tmp/driftwatch-UID``,
-    ``/run/user/UID/driftwatch``)."""
+    every user's directory in ``$DRIFTWATCH_SHARED_DIR``, and every user's default runtime
+    directories (``/tmp/driftwatch-UID``, ``/run/user/UID/driftwatch``)."""
     environ = dict(os.environ) if environ is None else environ
     found = [*extra]
     if environ.get("DRIFTWATCH_RUNTIME_DIR"):
         found.append(Path(environ["DRIFTWATCH_RUNTIME_DIR"]))
+    if environ.get(SHARED_DIR_ENV):
+        shared = glob.escape(environ[SHARED_DIR_ENV])
+        found += map(Path, sorted(glob.glob(f"{shared}/[0-9]*")))
     found += map(Path, sorted(glob.glob("/tmp/driftwatch-[0-9]*")))
     found += map(Path, sorted(glob.glob("/run/user/[0-9]*/driftwatch")))
     return list(dict.fromkeys(found))
@@ -223,7 +230,9 @@ class Daemon:
         self._skipped: set[Key] = set()  # refused or unreadable: logged once, not retried
         self._unsafe_dirs: set[Path] = set()  # logged once while they stay unsafe
         self._waiting: set[Key] = set()  # channels whose metadata was not written yet
-        self._litter: dict[Key, Path] = {}  # channels of exited processes we cannot remove
+        self._writers: dict[Path, Key] = {}  # the process that writes each channel seen
+        self._refused: set[Path] = set()  # not channels, or of processes out of sight
+        self._litter: set[Path] = set()  # channels of exited processes we cannot remove
         self._ticks = 0
         self._wake = threading.Event()
         self._stop_requested = False
@@ -251,7 +260,7 @@ class Daemon:
             except TargetGone as gone:
                 self._drop(key, str(gone))
                 if watched.channel is not None:
-                    self._sweep(key, watched.channel)
+                    self._sweep(watched.channel)
             except Exception as err:  # one target's failure must not stop the others
                 log.exception("monitoring %s failed", watched.monitor.run)
                 self._skipped.add(key)
@@ -259,6 +268,7 @@ class Daemon:
         self.snapshots = tuple(w.monitor.snapshot for w in self._watched.values())
 
     def _discover_channels(self) -> None:
+        seen = {w.channel for w in self._watched.values()} | self._refused | self._litter
         for directory in self._directories(self.config):
             # Other users' directories are closed to a daemon without root or
             # CAP_DAC_READ_SEARCH: that is expected, not worth a line.
@@ -273,38 +283,33 @@ class Daemon:
                     log.warning("skipping the channel directory %s: %s", directory, err)
                 continue
             self._unsafe_dirs.discard(directory)
-            for pid, create_time, path in channels:
-                key = _key(pid, create_time)
-                if (
-                    key not in self._watched
-                    and key not in self._skipped
-                    and key not in self._litter
-                ):
-                    self._adopt_channel(key, path, owner)
+            for _pid, _create_time, path in channels:
+                if path not in seen:
+                    self._adopt_channel(path, owner)
 
-    def _adopt_channel(self, key: Key, path: Path, directory_owner: int) -> None:
-        """Start watching the process behind a new channel, or remove the channel if its
-        writer has exited, or refuse it (once) if it is not the process's own."""
+    def _adopt_channel(self, path: Path, directory_owner: int) -> None:
+        """Start watching the process that writes a new channel, or remove the channel if its
+        writer has exited, or refuse it (once) if it is not the process's own (its file and
+        directory must be the process user's)."""
+        key = self._writers.get(path) or self._find_writer(path, directory_owner)
+        if key is None or key in self._watched or key in self._skipped:
+            return
         try:
             target = Target.attach(key[0])
-            file_owner = os.lstat(path).st_uid
         except TargetGone:
-            self._sweep(key, path)
+            self._sweep(path)
             return
         except TargetAccessDenied as err:
             self._skip(key, str(err))
             return
-        except FileNotFoundError:  # removed since it was listed
-            return
         if _key(target.pid, target.info.create_time) != key:  # the PID was reused since
-            self._sweep(key, path)
+            self._sweep(path)
             return
-        if not file_owner == directory_owner == target.info.uid:
+        if target.info.uid != directory_owner:  # the file's owner is the directory's
             self._skip(
                 key,
-                f"refusing the channel {path}: it belongs to uid {file_owner} in a directory "
-                f"of uid {directory_owner}, but process {target.pid} runs as uid "
-                f"{target.info.uid}",
+                f"refusing the channel {path}: it is in a directory of uid {directory_owner}, "
+                f"but process {target.pid} runs as uid {target.info.uid}",
             )
             return
         meta = read_meta(path)
@@ -315,12 +320,51 @@ class Daemon:
         run = meta.get("run")
         self._start(key, target, run if isinstance(run, str) else None, path, f"its channel {path}")
 
+    def _find_writer(self, path: Path, directory_owner: int) -> Key | None:
+        """The process that writes the channel ``path``, as this daemon sees it (its PID
+        differs when it runs in a container), remembered; None if there is none to watch: the
+        channel is then removed if its writer has exited, or refused if it is not a channel
+        or its writer is out of sight."""
+        try:
+            reader = ChannelReader.open(path, directory_owner)
+            writer = reader.process
+            reader.close()
+            pid = find_process(writer)
+            if pid is None:
+                if writer_alive(path):
+                    self._refuse(
+                        path,
+                        f"its process (pid {writer.pid} in PID namespace {writer.namespace}) "
+                        "is not in sight: it needs the host's PID namespace (hostPID) and "
+                        "ptrace access (CAP_SYS_PTRACE)",
+                    )
+                else:
+                    self._sweep(path)
+                return None
+            key = _key(pid, psutil.Process(pid).create_time())
+            if start_ticks(pid) != writer.start_ticks:  # the writer exited since it was found
+                return None
+        except ChannelError as err:
+            if os.path.lexists(path):  # else removed since it was listed
+                self._refuse(path, str(err))
+            return None
+        except (psutil.Error, OSError):  # exited since it was found; looked at again next tick
+            return None
+        self._writers[path] = key
+        return key
+
+    def _refuse(self, path: Path, reason: str) -> None:
+        self._refused.add(path)
+        log.warning("not watching the channel %s: %s", path, reason)
+
     def _forget_exited(self) -> None:
         """Forget the processes refused or waited for that have exited since, and the
-        channels we could not remove that someone else did."""
+        channels removed since (by us or by someone else)."""
         self._skipped = {key for key in self._skipped if psutil.pid_exists(key[0])}
         self._waiting = {key for key in self._waiting if psutil.pid_exists(key[0])}
-        self._litter = {key: p for key, p in self._litter.items() if os.path.lexists(p)}
+        self._writers = {path: key for path, key in self._writers.items() if os.path.lexists(path)}
+        self._refused = {path for path in self._refused if os.path.lexists(path)}
+        self._litter = {path for path in self._litter if os.path.lexists(path)}
 
     def _scan_processes(self) -> None:
         if not self.config.rules:
@@ -351,9 +395,7 @@ class Daemon:
         rule = self.config.rule_for(command)
         try:
             name = self._unique_name(run or self._default_name(target), target.pid)
-            sources = default_sources(
-                target, rule.logdirs if rule else (), None if channel is None else channel.parent
-            )
+            sources = default_sources(target, rule.logdirs if rule else (), channel)
         except TargetGone:
             return
         except TargetError as err:
@@ -394,7 +436,7 @@ class Daemon:
         watched.monitor.close()
         log.info("stopped watching %s (pid %d): %s", watched.monitor.run, key[0], reason)
 
-    def _sweep(self, key: Key, path: Path) -> None:
+    def _sweep(self, path: Path) -> None:
         """Remove the channel of a process that has exited: nobody will write it again.
 
         One that cannot be removed (e.g. a read-only mount) is logged once and left alone.
@@ -402,7 +444,7 @@ class Daemon:
         if remove_channel(path):
             log.info("removed %s: its process has exited", path)
         else:
-            self._litter[key] = path
+            self._litter.add(path)
 
     def _skip(self, key: Key, reason: str) -> None:
         self._skipped.add(key)
@@ -426,6 +468,7 @@ class Daemon:
             if watched.matched and config.rule_for(watched.command) is None:
                 self._drop(key, "no --match pattern finds it any more")
         self._skipped.clear()
+        self._refused.clear()
         self._unsafe_dirs.clear()
         self._ticks = 0  # scan the process table on the next tick
         log.info(

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -61,6 +62,50 @@ def sleeper() -> Iterator[subprocess.Popen[bytes]]:
     yield child
     child.kill()
     child.wait()
+
+
+UNSHARE = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
+
+
+def _can_unshare() -> bool:
+    try:
+        done = subprocess.run([*UNSHARE, "true"], capture_output=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+needs_pid_namespaces = pytest.mark.skipif(
+    not _can_unshare(), reason="needs unshare(1) and the right to create PID namespaces (root)"
+)
+
+
+@contextmanager
+def in_pid_namespace(
+    code: str, *args: str, uid: int | None = None, env: dict[str, str] | None = None
+) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    """Python ``code`` run with ``args`` in a new PID namespace, as in a container: its own
+    PID there is 1; as user ``uid`` if given, with ``env`` added to the environment. Yields
+    the ``unshare`` process (its stdin and stdout are the code's) and the code's PID as this
+    namespace sees it; kills both afterwards."""
+    as_user = (
+        [] if uid is None else ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+    )
+    outer = subprocess.Popen(
+        [*UNSHARE, *as_user, sys.executable, "-c", code, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        text=True,
+    )
+    try:
+        wait_for(lambda: psutil.Process(outer.pid).children(), 10, "the contained process")
+        (inner,) = psutil.Process(outer.pid).children()
+        yield outer, inner.pid
+    finally:
+        outer.kill()  # --kill-child: the contained process dies with it
+        outer.wait()
 
 
 WITHOUT_PTRACE = ["setpriv", "--bounding-set=-sys_ptrace", "--inh-caps=-sys_ptrace"]

@@ -26,12 +26,16 @@ from driftwatch.channel import (
     Record,
     channel_path,
     ensure_private_dir,
-    find_channel,
     list_channels,
     open_writer,
     runtime_dir,
+    writer_alive,
 )
+from driftwatch.pidns import ProcessId, identify
 from tests.conftest import REPO
+
+PROCESS = ProcessId(4242, 123_456_789, 4026531836)
+"""A writer that need not exist: the tests of the file format do not look it up."""
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to chown")
 
@@ -72,7 +76,7 @@ def channel_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def writer(channel_dir: Path) -> Iterator[ChannelWriter]:
-    writer = ChannelWriter.create(channel_dir, 4242, 1712345678.91, capacity=8)
+    writer = ChannelWriter.create(channel_dir, PROCESS, 1712345678.91, capacity=8)
     yield writer
     writer.close()
 
@@ -81,9 +85,9 @@ def writer(channel_dir: Path) -> Iterator[ChannelWriter]:
 
 
 def test_records_round_trip_with_the_writer_identity(channel_dir: Path) -> None:
-    writer = ChannelWriter.create(channel_dir, 4242, 1712345678.91, capacity=4)
+    writer = ChannelWriter.create(channel_dir, PROCESS, 1712345678.91, capacity=4)
     reader = ChannelReader.open(writer.path)
-    assert (reader.pid, reader.create_time, reader.capacity) == (4242, 1712345678.91, 4)
+    assert (reader.process, reader.create_time, reader.capacity) == (PROCESS, 1712345678.91, 4)
     writer.write(3, 0xFFFFFFFF, 1.5, -2.25, float("inf"))
     writer.write(1, 0, 2.0)
     records, lost = reader.read()
@@ -177,8 +181,9 @@ def test_a_record_announced_before_its_seq_is_visible_is_retried(
 WRITER_PROCESS = """
 import os, sys
 from driftwatch.channel import ChannelWriter
+from driftwatch.pidns import identify
 total = int(sys.argv[2])
-writer = ChannelWriter.create(sys.argv[1], os.getpid(), 1.0, capacity=int(sys.argv[3]))
+writer = ChannelWriter.create(sys.argv[1], identify(os.getpid()), 1.0, capacity=int(sys.argv[3]))
 print(writer.path, flush=True)
 sys.stdin.readline()
 write = writer.write
@@ -208,6 +213,7 @@ def test_a_reader_keeps_up_with_a_writer_in_another_process(
         assert child.stdout is not None
         assert child.stdin is not None
         reader = ChannelReader.open(child.stdout.readline().strip())
+        assert reader.process == identify(child.pid)
         child.stdin.write("go\n")
         child.stdin.flush()
         returned = lost_sum = last = 0
@@ -281,10 +287,10 @@ def test_open_writer_refuses_an_unsafe_directory_without_raising(
 
 def test_open_writer_uses_the_runtime_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DRIFTWATCH_RUNTIME_DIR", str(tmp_path / "run"))
-    writer = open_writer(17, 2.5)
+    writer = open_writer(os.getpid(), 2.5)
     assert isinstance(writer, ChannelWriter)
-    assert writer.path == tmp_path / "run" / "17-250.dwc"
-    assert find_channel(tmp_path / "run", 17, 2.5) == writer.path
+    assert writer.path == tmp_path / "run" / f"{os.getpid()}-250.dwc"
+    assert ChannelReader.open(writer.path).process == identify(os.getpid())
     writer.close(unlink=True)
     assert list_channels(tmp_path / "run") == []
 
@@ -328,7 +334,7 @@ def test_close_can_remove_the_files(writer: ChannelWriter) -> None:
 
 def test_a_stale_file_of_the_same_process_is_replaced(writer: ChannelWriter) -> None:
     write_numbered(writer, 1, 5)
-    again = ChannelWriter.create(writer.path.parent, 4242, 1712345678.91, capacity=4)
+    again = ChannelWriter.create(writer.path.parent, PROCESS, 1712345678.91, capacity=4)
     assert again.path == writer.path
     reader = ChannelReader.open(again.path)
     assert (reader.capacity, reader.read()) == (4, ([], 0))
@@ -339,24 +345,59 @@ def test_a_stale_file_of_the_same_process_is_replaced(writer: ChannelWriter) -> 
 # -- finding channels ------------------------------------------------------------------
 
 
-def test_channels_are_found_by_pid_and_create_time(channel_dir: Path) -> None:
-    a = ChannelWriter.create(channel_dir, 10, 1000.25, capacity=1)
-    b = ChannelWriter.create(channel_dir, 2, 5.5, capacity=1)
+HOLDER_PROCESS = """
+import os, sys
+from driftwatch.channel import open_writer
+print(open_writer(os.getpid(), 1.0, sys.argv[1]).path, flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_a_channel_is_alive_until_its_writer_exits_however_it_ends(channel_dir: Path) -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", HOLDER_PROCESS, str(channel_dir)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        cwd=REPO,
+        text=True,
+    )
+    assert child.stdout is not None
+    path = Path(child.stdout.readline().strip())
+    assert writer_alive(path)
+    reader = ChannelReader.open(path)
+    assert writer_alive(path)  # readers take no lock
+    child.kill()  # no chance to clean up: as the OOM killer does it
+    child.wait()
+    assert not writer_alive(path)
+    reader.close()
+    assert not writer_alive(channel_dir / "1-1.dwc")
+
+
+def test_a_closed_writer_leaves_an_abandoned_channel(writer: ChannelWriter) -> None:
+    assert writer_alive(writer.path)
+    writer.close()
+    assert not writer_alive(writer.path)
+
+
+def test_channels_are_named_by_pid_and_create_time(channel_dir: Path) -> None:
+    a = ChannelWriter.create(channel_dir, PROCESS._replace(pid=10), 1000.25, capacity=1)
+    b = ChannelWriter.create(channel_dir, PROCESS._replace(pid=2), 5.5, capacity=1)
     for junk in ("x.dwc", ".10-100025.dwc.tmp", "3-4.json", "3-4.dwc.bak"):
         (channel_dir / junk).write_text("")
     assert list_channels(channel_dir) == [(2, 5.5, b.path), (10, 1000.25, a.path)]
-    assert find_channel(channel_dir, 10, 1000.25) == a.path
-    assert find_channel(channel_dir, 10, 1000.26) is None  # the PID was reused
     assert channel_path(channel_dir, 10, 1000.25) == channel_dir / "10-100025.dwc"
     assert list_channels(channel_dir / "missing") == []
 
 
 def test_runtime_dir_follows_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("DRIFTWATCH_RUNTIME_DIR", raising=False)
-    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    for name in ("DRIFTWATCH_RUNTIME_DIR", "DRIFTWATCH_SHARED_DIR", "XDG_RUNTIME_DIR"):
+        monkeypatch.delenv(name, raising=False)
     assert runtime_dir() == Path(f"/tmp/driftwatch-{os.getuid()}")
     monkeypatch.setenv("XDG_RUNTIME_DIR", "/run/user/1000")
     assert runtime_dir() == Path("/run/user/1000/driftwatch")
+    monkeypatch.setenv("DRIFTWATCH_SHARED_DIR", "/run/driftwatch")
+    assert runtime_dir() == Path(f"/run/driftwatch/{os.getuid()}")
+    assert runtime_dir(uid=1000) == Path("/run/driftwatch/1000")
     monkeypatch.setenv("DRIFTWATCH_RUNTIME_DIR", "/var/lib/dw")
     assert runtime_dir() == Path("/var/lib/dw")
 
@@ -368,7 +409,7 @@ def test_files_and_directory_are_private(tmp_path: Path) -> None:
     old_umask = os.umask(0)
     try:
         directory = ensure_private_dir(tmp_path / "b")
-        writer = ChannelWriter.create(directory, 1, 1.0, capacity=1)
+        writer = ChannelWriter.create(directory, PROCESS, 1.0, capacity=1)
         writer.set_meta({})
     finally:
         os.umask(old_umask)
@@ -418,7 +459,7 @@ def test_a_world_writable_directory_without_the_sticky_bit_is_refused(
 ) -> None:
     shared = tmp_path / "shared"
     channels = ensure_private_dir(shared / "channels")
-    writer = ChannelWriter.create(channels, 1, 1.0, capacity=1)
+    writer = ChannelWriter.create(channels, PROCESS, 1.0, capacity=1)
     # The reader checks the channel's own directory, the writer its private one's parent.
     parent = channels if opened == "reader" else shared
 
@@ -456,9 +497,10 @@ def test_a_file_that_is_not_a_channel_is_refused(writer: ChannelWriter) -> None:
         ChannelReader.open(writer.path)
 
 
-def test_a_newer_format_is_refused(writer: ChannelWriter) -> None:
-    poke(writer.path, 8, "<I", 2)
-    with pytest.raises(ChannelError, match="version 2"):
+@pytest.mark.parametrize("version", [1, 3])
+def test_another_format_is_refused(writer: ChannelWriter, version: int) -> None:
+    poke(writer.path, 8, "<I", version)
+    with pytest.raises(ChannelError, match=f"version {version} .*reads version 2"):
         ChannelReader.open(writer.path)
 
 

@@ -11,9 +11,12 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
+import stat
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -30,7 +33,15 @@ from driftwatch.channel import ChannelWriter, ensure_private_dir
 from driftwatch.daemon import SCAN_EVERY_TICKS, Config, Daemon, channel_dirs, load_config
 from driftwatch.errors import UsageError
 from driftwatch.hook.protocol import SERIES_META, Kind
-from tests.conftest import TF_ENV, run_cli, unused_pid, wait_for
+from driftwatch.pidns import ProcessId, identify
+from tests.conftest import (
+    TF_ENV,
+    in_pid_namespace,
+    needs_pid_namespaces,
+    run_cli,
+    unused_pid,
+    wait_for,
+)
 
 # -- helpers -----------------------------------------------------------------------------------
 
@@ -59,18 +70,47 @@ def make_daemon(channels: Path, *matches: str) -> Daemon:
     return Daemon(lambda: load_config(None, matches, 0.1), directories=lambda config: [channels])
 
 
-def hook_channel(
-    directory: Path, pid: int, create_time: float, run: str | None, nonfinite: int = 0
-) -> Path:
-    """A channel file as the hook of ``(pid, create_time)`` would leave it, with ``run`` in its
-    metadata (none: no metadata yet) and a count of ``nonfinite`` NaN losses."""
-    writer = ChannelWriter.create(ensure_private_dir(directory), pid, create_time, capacity=16)
-    if run is not None:
-        writer.set_meta({"run": run, "pid": pid, SERIES_META: [["hook_nonfinite_total", {}]]})
-    if nonfinite:
-        writer.write(Kind.VALUE, 0, time.time(), float(nonfinite))
-    writer.close()
-    return writer.path
+class HookChannels:
+    """Channel files as the hooks of other processes would write them.
+
+    A channel stays open, and so looks alive, until ``exit`` or the end of the test.
+    """
+
+    def __init__(self) -> None:
+        self.writers: dict[Path, ChannelWriter] = {}
+
+    def __call__(
+        self,
+        directory: Path,
+        pid: int,
+        run: str | None,
+        nonfinite: int = 0,
+        start_ticks: int | None = None,
+    ) -> Path:
+        """The channel of process ``pid`` (or, with ``start_ticks``, of an earlier one with
+        that PID), with ``run`` in its metadata (none: no metadata yet) and a count of
+        ``nonfinite`` NaN losses."""
+        process = identify(pid) if start_ticks is None else ProcessId(pid, start_ticks, 1)
+        create_time = psutil.Process(pid).create_time() if start_ticks is None else 1e9
+        writer = ChannelWriter.create(ensure_private_dir(directory), process, create_time, 16)
+        if run is not None:
+            writer.set_meta({"run": run, "pid": pid, SERIES_META: [["hook_nonfinite_total", {}]]})
+        if nonfinite:
+            writer.write(Kind.VALUE, 0, time.time(), float(nonfinite))
+        self.writers[writer.path] = writer
+        return writer.path
+
+    def exit(self, path: Path) -> None:
+        """Leave the channel ``path`` as its writer does when it is killed."""
+        self.writers.pop(path).close()
+
+
+@pytest.fixture
+def hook_channel() -> Iterator[HookChannels]:
+    channels = HookChannels()
+    yield channels
+    for writer in channels.writers.values():
+        writer.close()
 
 
 class DaemonProcess:
@@ -202,12 +242,16 @@ def test_bad_options_are_one_line_errors(args: list[str], needle: str) -> None:
     assert needle in result.stderr
 
 
-def test_every_users_runtime_directory_is_searched() -> None:
+def test_every_users_runtime_directory_is_searched(tmp_path: Path) -> None:
     own = ensure_private_dir(f"/tmp/driftwatch-{os.geteuid()}")
-    found = channel_dirs([Path("/srv/x")], {"DRIFTWATCH_RUNTIME_DIR": "/run/dw"})
-    assert found[:2] == [Path("/srv/x"), Path("/run/dw")]
+    shared = tmp_path / "shared [1]"  # glob characters in it match themselves
+    for name in ("1000", "0", "lost+found"):
+        (shared / name).mkdir(parents=True)
+    environ = {"DRIFTWATCH_RUNTIME_DIR": "/run/dw", "DRIFTWATCH_SHARED_DIR": str(shared)}
+    found = channel_dirs([Path("/srv/x")], environ)
+    assert found[:4] == [Path("/srv/x"), Path("/run/dw"), shared / "0", shared / "1000"]
     assert own in found
-    assert all(re.match(r"/(tmp/driftwatch-|run/user/)\d+", str(path)) for path in found[2:])
+    assert all(re.match(r"/(tmp/driftwatch-|run/user/)\d+", str(path)) for path in found[4:])
 
 
 # -- discovery, in this process -------------------------------------------------------------------
@@ -256,11 +300,11 @@ def test_the_daemon_never_watches_itself_or_its_parents(tmp_path: Path) -> None:
 
 
 def test_hooked_processes_are_named_by_their_channel(
-    tmp_path: Path, sleepers: tuple[list[subprocess.Popen[bytes]], str]
+    tmp_path: Path, sleepers: tuple[list[subprocess.Popen[bytes]], str], hook_channel: HookChannels
 ) -> None:
     first, second = sorted(sleepers[0], key=lambda child: child.pid)
     for child in (first, second):
-        hook_channel(tmp_path, child.pid, psutil.Process(child.pid).create_time(), "resnet")
+        hook_channel(tmp_path, child.pid, "resnet")
     daemon = make_daemon(tmp_path)
     daemon.tick()
     assert daemon.runs == {"resnet": first.pid, f"resnet-{second.pid}": second.pid}
@@ -270,9 +314,9 @@ def test_hooked_processes_are_named_by_their_channel(
 
 
 def test_a_channel_without_metadata_waits_one_tick_for_it(
-    tmp_path: Path, sleeper: subprocess.Popen[bytes]
+    tmp_path: Path, sleeper: subprocess.Popen[bytes], hook_channel: HookChannels
 ) -> None:
-    path = hook_channel(tmp_path, sleeper.pid, psutil.Process(sleeper.pid).create_time(), None)
+    path = hook_channel(tmp_path, sleeper.pid, None)
     daemon = make_daemon(tmp_path)
     daemon.tick()
     assert daemon.runs == {}
@@ -283,12 +327,14 @@ def test_a_channel_without_metadata_waits_one_tick_for_it(
 
 
 def test_channels_of_exited_processes_are_removed(
-    tmp_path: Path, sleeper: subprocess.Popen[bytes]
+    tmp_path: Path, sleeper: subprocess.Popen[bytes], hook_channel: HookChannels
 ) -> None:
-    create_time = psutil.Process(sleeper.pid).create_time()
-    live = hook_channel(tmp_path, sleeper.pid, create_time, "live")
-    exited = hook_channel(tmp_path, unused_pid(), 1e9, "exited")
-    reused = hook_channel(tmp_path, sleeper.pid, create_time - 100, "reused")  # same PID, older
+    live = hook_channel(tmp_path, sleeper.pid, "live")
+    exited = hook_channel(tmp_path, unused_pid(), "exited", start_ticks=1)
+    older = identify(sleeper.pid).start_ticks - 100
+    reused = hook_channel(tmp_path, sleeper.pid, "reused", start_ticks=older)  # same PID
+    for path in (exited, reused):
+        hook_channel.exit(path)
     daemon = make_daemon(tmp_path)
     daemon.tick()
     assert daemon.runs == {"live": sleeper.pid}
@@ -305,9 +351,10 @@ def test_channels_of_exited_processes_are_removed(
 
 @needs_root
 def test_a_channel_that_cannot_be_removed_is_reported_once(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, hook_channel: HookChannels
 ) -> None:
-    path = hook_channel(tmp_path, unused_pid(), 1e9, "exited")
+    path = hook_channel(tmp_path, unused_pid(), "exited", start_ticks=1)
+    hook_channel.exit(path)
     subprocess.run(["chattr", "+i", path], check=True)  # not even root may remove it
     try:
         daemon = make_daemon(tmp_path)
@@ -322,28 +369,43 @@ def test_a_channel_that_cannot_be_removed_is_reported_once(
 
 
 @needs_root
+@pytest.mark.parametrize(
+    ("chowned", "refusal"),
+    [
+        ("file", "is owned by uid 65534, not by the watched process's user (uid 0)"),
+        ("both", "is in a directory of uid 65534, but process {pid} runs as uid 0"),
+    ],
+)
 def test_a_channel_of_another_user_than_its_process_is_refused_once(
-    tmp_path: Path, sleeper: subprocess.Popen[bytes], caplog: pytest.LogCaptureFixture
+    tmp_path: Path,
+    sleeper: subprocess.Popen[bytes],
+    caplog: pytest.LogCaptureFixture,
+    hook_channel: HookChannels,
+    chowned: str,
+    refusal: str,
 ) -> None:
-    path = hook_channel(tmp_path, sleeper.pid, psutil.Process(sleeper.pid).create_time(), "x")
+    path = hook_channel(tmp_path, sleeper.pid, "x")
     os.chown(path, 65534, 65534)
+    if chowned == "both":
+        os.chown(tmp_path, 65534, 65534)
     daemon = make_daemon(tmp_path)
     with caplog.at_level(logging.WARNING, logger="driftwatch.daemon"):
         daemon.tick()
         daemon.tick()
     assert daemon.runs == {}
     assert path.exists()
-    refusals = [r.getMessage() for r in caplog.records if "refusing" in r.getMessage()]
+    refusals = [r.getMessage() for r in caplog.records if str(path) in r.getMessage()]
     assert len(refusals) == 1
-    assert (
-        f"belongs to uid 65534 in a directory of uid 0, but process {sleeper.pid}" in (refusals[0])
-    )
+    assert refusal.format(pid=sleeper.pid) in refusals[0]
 
 
 def test_an_unsafe_channel_directory_is_skipped_once(
-    tmp_path: Path, sleeper: subprocess.Popen[bytes], caplog: pytest.LogCaptureFixture
+    tmp_path: Path,
+    sleeper: subprocess.Popen[bytes],
+    caplog: pytest.LogCaptureFixture,
+    hook_channel: HookChannels,
 ) -> None:
-    hook_channel(tmp_path, sleeper.pid, psutil.Process(sleeper.pid).create_time(), "x")
+    hook_channel(tmp_path, sleeper.pid, "x")
     tmp_path.chmod(0o777)
     daemon = make_daemon(tmp_path)
     with caplog.at_level(logging.WARNING, logger="driftwatch.daemon"):
@@ -354,6 +416,59 @@ def test_an_unsafe_channel_directory_is_skipped_once(
     assert len(skipped) == 1
     assert skipped[0].startswith(f"skipping the channel directory {tmp_path}: ")
     assert "is open to other users (mode 0777)" in skipped[0]
+
+
+def test_a_live_channel_whose_process_is_out_of_sight_is_kept_and_refused_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, hook_channel: HookChannels
+) -> None:
+    # Its writer lives (this test holds the channel open) in no PID namespace that the
+    # daemon sees, as when a DaemonSet lacks hostPID: removing it would break the hook.
+    path = hook_channel(tmp_path, unused_pid(), "hidden", start_ticks=1)
+    daemon = make_daemon(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="driftwatch.daemon"):
+        for _ in range(SCAN_EVERY_TICKS + 1):
+            daemon.tick()
+    assert daemon.runs == {}
+    assert path.exists()
+    assert [r.getMessage() for r in caplog.records] == [
+        f"not watching the channel {path}: its process (pid {path.name.split('-')[0]} in PID "
+        "namespace 1) is not in sight: it needs the host's PID namespace (hostPID) and ptrace "
+        "access (CAP_SYS_PTRACE)"
+    ]
+
+
+CONTAINED_HOOK = """
+import sys, time
+from driftwatch.hook.core import Hook
+hook = Hook(run="contained", channel_dir=sys.argv[1] if len(sys.argv) > 1 else None)
+for _ in range(3):
+    with hook.step():
+        time.sleep(0.01)
+print("hooked", flush=True)
+sys.stdin.readline()
+"""
+
+
+@needs_pid_namespaces
+def test_a_hooked_process_in_its_own_pid_namespace_is_watched_under_the_pid_seen_here(
+    tmp_path: Path,
+) -> None:
+    channels = tmp_path / "channels"
+    with in_pid_namespace(CONTAINED_HOOK, str(channels)) as (contained, pid):
+        assert contained.stdout is not None
+        assert contained.stdout.readline() == "hooked\n"
+        (path,) = channels.glob("*.dwc")
+        assert path.name.startswith("1-")  # the PID in its own namespace
+        daemon = make_daemon(channels)
+        daemon.tick()
+        assert daemon.runs == {"contained": pid}
+        (snapshot,) = daemon.snapshots
+        assert {name for name, _ in snapshot.values} >= {"step_seconds", "train_step"}
+        os.kill(pid, signal.SIGKILL)  # no chance to clean up, as from the OOM killer
+        wait_for(lambda: not psutil.pid_exists(pid), 10, "the hooked process to be reaped")
+        daemon.tick()
+        assert daemon.runs == {}
+        assert list(channels.iterdir()) == []  # its channel was swept
 
 
 def test_reload_drops_what_no_pattern_finds_and_keeps_the_old_config_when_bad(
@@ -451,8 +566,44 @@ def test_signals_stop_the_daemon(daemons: list[DaemonProcess], signum: int, code
     assert not any("Traceback" in line for line in daemons[0].lines)
 
 
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory every user may make their own directory in, as the DaemonSet's hostPath:
+    outside the test's private temporary directory, which other users cannot enter."""
+    path = Path(tempfile.mkdtemp(prefix="driftwatch-shared-"))
+    path.chmod(0o1777)
+    yield path
+    shutil.rmtree(path)
+
+
+@needs_root
+@needs_pid_namespaces
+def test_a_contained_job_of_another_user_is_watched_through_a_shared_directory(
+    daemons: list[DaemonProcess], shared_dir: Path
+) -> None:
+    # The layout of deploy/kubernetes: the job, in its own PID namespace and as an ordinary
+    # user, makes its private directory in the shared one; the daemon, as root, finds it
+    # there, watches the job under the PID it sees, and removes its channel once it is killed.
+    env = {"DRIFTWATCH_SHARED_DIR": str(shared_dir)}
+    daemons.append(DaemonProcess("--interval", "0.1", env=env))
+    daemon = daemons[0]
+    with in_pid_namespace(CONTAINED_HOOK, uid=65534, env=env) as (contained, pid):
+        assert contained.stdout is not None
+        assert contained.stdout.readline() == "hooked\n"
+        private = shared_dir / "65534"
+        assert (private.stat().st_uid, stat.S_IMODE(private.stat().st_mode)) == (65534, 0o700)
+        wait_for(lambda: daemon.runs().get("contained") == str(pid), 20, "the job watched")
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: "contained" not in daemon.runs(), 20, "the job dropped")
+    assert list(private.iterdir()) == []
+    assert daemon.stop() == 0
+
+
 def test_findings_of_every_run_are_logged_and_appended(
-    daemons: list[DaemonProcess], tmp_path: Path, sleeper: subprocess.Popen[bytes]
+    daemons: list[DaemonProcess],
+    tmp_path: Path,
+    sleeper: subprocess.Popen[bytes],
+    hook_channel: HookChannels,
 ) -> None:
     findings = tmp_path / "findings.jsonl"
     channels = tmp_path / "channels"
@@ -465,7 +616,7 @@ def test_findings_of_every_run_are_logged_and_appended(
         env={"DRIFTWATCH_RUNTIME_DIR": str(channels)},
     )
     daemons.append(daemon)
-    hook_channel(channels, sleeper.pid, psutil.Process(sleeper.pid).create_time(), run, 2)
+    hook_channel(channels, sleeper.pid, run, 2)
     wait_for(lambda: run in findings.read_text(), 20, "the finding in the findings file")
     found = [json.loads(line) for line in findings.read_text().splitlines()]
     assert [(f["run"], f["kind"]) for f in found if f["run"] == run] == [(run, "nonfinite")]

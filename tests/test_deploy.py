@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from driftwatch import bundle
+from driftwatch.channel import SHARED_DIR_ENV
 from tests.conftest import REPO, run_cli
 
 DEPLOY = REPO / "deploy"
@@ -61,19 +62,55 @@ def test_prometheus_rule_is_generated_from_the_rule_file() -> None:
     assert resource["spec"] == yaml.safe_load(bundle.rules().text)
 
 
+def shared_dir_of(pod: dict[str, Any], container: dict[str, Any]) -> str:
+    """The node directory that ``container`` of ``pod`` names in ``DRIFTWATCH_SHARED_DIR``,
+    checked to be mounted where the variable says, writable."""
+    env = {item["name"]: item["value"] for item in container["env"]}
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == env[SHARED_DIR_ENV]]
+    assert not mount.get("readOnly", False)
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert volume["hostPath"]["type"] == "DirectoryOrCreate"
+    path: str = volume["hostPath"]["path"]
+    return path
+
+
 def test_daemonset_least_privileges() -> None:
     daemonset = load(DEPLOY / "kubernetes" / "daemonset.yaml")
     pod = daemonset["spec"]["template"]["spec"]
-    assert pod["hostPID"] is True
+    assert pod["hostPID"] is True  # or the jobs' PIDs map to nothing (test_daemon.py)
     assert pod["automountServiceAccountToken"] is False
     (container,) = pod["containers"]
+    (init,) = pod["initContainers"]
     assert container["args"] == ["daemon", "--listen", "0.0.0.0:19461"]
-    security = container["securityContext"]
-    assert security["privileged"] is False
-    assert security["allowPrivilegeEscalation"] is False
-    assert security["readOnlyRootFilesystem"] is True
-    assert security["capabilities"] == {"drop": ["ALL"], "add": ["SYS_PTRACE", "DAC_READ_SEARCH"]}
-    assert all(mount["readOnly"] for mount in container["volumeMounts"])
+    for each in (container, init):
+        security = each["securityContext"]
+        assert security["privileged"] is False
+        assert security["allowPrivilegeEscalation"] is False
+        assert security["readOnlyRootFilesystem"] is True
+        assert security["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["securityContext"]["capabilities"] == {
+        "drop": ["ALL"],
+        "add": ["SYS_PTRACE", "DAC_OVERRIDE"],
+    }
+    assert init["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert "cpu" not in container["resources"]["limits"]
+    assert container["resources"]["limits"]["memory"]
+
+
+def test_training_pods_share_their_channels_with_the_daemon() -> None:
+    pod = load(DEPLOY / "kubernetes" / "daemonset.yaml")["spec"]["template"]["spec"]
+    (daemon,) = pod["containers"]
+    (init,) = pod["initContainers"]
+    training = load(DEPLOY / "kubernetes" / "example-training-pod.yaml")["spec"]
+    (job,) = training["containers"]
+    shared = shared_dir_of(pod, daemon)
+    assert shared_dir_of(training, job) == shared
+    assert training["securityContext"]["runAsNonRoot"] is True
+    # Where ordinary users may make their private directories, as in /tmp.
+    (mount,) = init["volumeMounts"]
+    assert init["command"] == ["chmod", "1777", mount["mountPath"]]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert volume["hostPath"]["path"] == shared
 
 
 def test_service_and_monitor_select_the_daemons() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from driftwatch.channel import ChannelReader, find_channel
+from driftwatch.channel import ChannelReader, channel_path
 from driftwatch.hook.core import Hook
 from driftwatch.hook.protocol import Kind
 
@@ -21,8 +21,7 @@ def test_periods_are_divided_by_the_steps_each_call_ran(tmp_path: Path) -> None:
     hook.step_ended(2.0)
     hook.step_started(3.0, 2)  # the 4-step call: 2 s, 1 s of it outside the step
     assert hook.global_step == 7
-    path = find_channel(tmp_path, os.getpid(), psutil.Process().create_time())
-    assert path is not None
+    path = channel_path(tmp_path, os.getpid(), psutil.Process().create_time())
     reader = ChannelReader.open(path)
     records, lost = reader.read()
     reader.close()
@@ -40,8 +39,7 @@ def test_a_boundary_closes_the_period_without_a_record(tmp_path: Path) -> None:
     hook.boundary()  # validation: not part of any step
     hook.step_started(30.0)
     hook.step_started(31.0)
-    path = find_channel(tmp_path, os.getpid(), psutil.Process().create_time())
-    assert path is not None
+    path = channel_path(tmp_path, os.getpid(), psutil.Process().create_time())
     reader = ChannelReader.open(path)
     records, _ = reader.read()
     reader.close()

@@ -11,22 +11,24 @@ import pytest
 from driftwatch.channel import ChannelWriter, ensure_private_dir
 from driftwatch.hook.protocol import SERIES_META, Kind
 from driftwatch.monitor import Monitor
+from driftwatch.pidns import ProcessId
 from driftwatch.series import MAX_LABEL_SETS, MAX_LABEL_VALUE_CHARS
 from driftwatch.sources.hook import HookSource
 from driftwatch.target import TargetInfo
 from tests.test_exporter import samples_of, scrape
 
 PID, CREATE_TIME = 4242, 1_700_000_000.0
+PROCESS = ProcessId(PID, 170_000_000_000, 4026531836)
 
 
 @pytest.fixture
 def writer(tmp_path: Path) -> ChannelWriter:
-    return ChannelWriter.create(ensure_private_dir(tmp_path / "dw"), PID, CREATE_TIME)
+    return ChannelWriter.create(ensure_private_dir(tmp_path / "dw"), PROCESS, CREATE_TIME)
 
 
 def monitor_of(writer: ChannelWriter) -> Monitor:
     info = TargetInfo(PID, CREATE_TIME, "python", ("python",), "ml", os.geteuid())
-    source = HookSource(writer.path.parent, PID, CREATE_TIME)
+    source = HookSource(writer.path)
     return Monitor("train", info, [source], clock=lambda: CREATE_TIME + 10)
 
 
@@ -106,7 +108,7 @@ def test_a_channel_planted_by_another_user_is_refused_with_one_warning(
 def test_a_stalled_reader_costs_the_writer_nothing_and_counts_the_overrun(
     tmp_path: Path,
 ) -> None:
-    small = ChannelWriter.create(ensure_private_dir(tmp_path / "dw"), PID, CREATE_TIME, 8)
+    small = ChannelWriter.create(ensure_private_dir(tmp_path / "dw"), PROCESS, CREATE_TIME, 8)
     monitor = monitor_of(small)
     assert exported(monitor, "driftwatch_hook_records_lost_total") == {(("run", "train"),): 0.0}
     for step in range(1, 21):  # the monitor stalls: 20 records into a ring of 8

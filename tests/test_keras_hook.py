@@ -14,7 +14,7 @@ import numpy as np
 import psutil
 import pytest
 
-from driftwatch.channel import ChannelReader, Record, find_channel
+from driftwatch.channel import ChannelReader, Record, channel_path
 from driftwatch.hook import core
 from driftwatch.hook.protocol import SERIES_META, Kind
 
@@ -42,8 +42,7 @@ def channel_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
 
 
 def read_channel(directory: Path) -> tuple[list[Record], dict[str, Any]]:
-    path = find_channel(directory, os.getpid(), psutil.Process().create_time())
-    assert path is not None, f"no channel in {directory}"
+    path = channel_path(directory, os.getpid(), psutil.Process().create_time())
     reader = ChannelReader.open(path)
     try:
         records, lost = reader.read()

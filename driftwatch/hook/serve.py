@@ -57,7 +57,7 @@ def serve_in_process(
         target = Target.attach(os.getpid())
         sources: list[Source] = [ProcessSource(target)]
         if isinstance(writer, ChannelWriter):
-            sources.append(HookSource(writer.path.parent, target.pid, target.info.create_time))
+            sources.append(HookSource(writer.path))
         monitor = Monitor(run, target.info, sources, default_engine())
         server = MetricsServer(metrics_app(lambda: [monitor.snapshot]), host, port, run)
     except DriftwatchError as err:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
-from driftwatch.channel import runtime_dir
+from driftwatch.channel import channel_path, runtime_dir
 from driftwatch.series import Sample
 from driftwatch.sources.eventfiles import EventFileSource
 from driftwatch.sources.hook import HookSource
@@ -33,16 +33,17 @@ class Source(Protocol):
 
 
 def default_sources(
-    target: Target, logdirs: Sequence[Path], channel_dir: Path | None = None
+    target: Target, logdirs: Sequence[Path], channel: Path | None = None
 ) -> list[Source]:
     """Every source for one target; the hook's steps, when it has one, beat event files'.
 
-    The hook's channel is looked for in ``channel_dir``, by default where the target's own
-    environment puts it.
+    The hook's channel is the file ``channel``, by default the one the target's hook creates
+    where its own environment says.
     """
-    if channel_dir is None:
-        channel_dir = runtime_dir(target.environ(), target.info.uid)
-    hook = HookSource(channel_dir, target.pid, target.info.create_time, target.info.uid)
+    if channel is None:
+        directory = runtime_dir(target.environ(), target.info.uid)
+        channel = channel_path(directory, target.pid, target.info.create_time)
+    hook = HookSource(channel, target.info.uid)
     return [
         ProcessSource(target),  # first: it notices a reused PID before the others read
         hook,

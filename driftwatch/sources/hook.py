@@ -7,9 +7,10 @@ the source looks for it on every tick until it is found.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
-from driftwatch.channel import ChannelError, ChannelReader, find_channel
+from driftwatch.channel import ChannelError, ChannelReader
 from driftwatch.hook.protocol import SERIES_META, Kind
 from driftwatch.series import MAX_LABEL_SETS, SERIES, Labels, Sample, checked_labels
 
@@ -33,19 +34,15 @@ def _series_table(table: object) -> list[tuple[str, Labels | None]]:
 
 
 class HookSource:
-    """Reads the hook's channel of one process, identified by ``(pid, create_time)``.
+    """Reads the hook's channel of one process, the file ``path`` once it exists.
 
     ``owner``: the uid the channel file must belong to (default: this user's).
     """
 
     name = "hook"
 
-    def __init__(
-        self, directory: Path, pid: int, create_time: float, owner: int | None = None
-    ) -> None:
-        self._directory = directory
-        self._pid = pid
-        self._create_time = create_time
+    def __init__(self, path: Path, owner: int | None = None) -> None:
+        self._path = path
         self._owner = owner
         self._refusal = ""  # why the channel was last refused: warned once, retried quietly
         self._reader: ChannelReader | None = None
@@ -84,17 +81,16 @@ class HookSource:
         return samples
 
     def _connect(self) -> ChannelReader | None:
-        path = find_channel(self._directory, self._pid, self._create_time)
-        if path is None:
+        if not os.path.lexists(self._path):
             return None
         try:
-            self._reader = ChannelReader.open(path, self._owner)
+            self._reader = ChannelReader.open(self._path, self._owner)
         except ChannelError as err:
             if str(err) != self._refusal:
                 self._refusal = str(err)
                 log.warning("cannot read the hook's channel: %s", err)
             return None
-        log.info("reading the hook's channel %s", path)
+        log.info("reading the hook's channel %s", self._path)
         return self._reader
 
     def _series_at(self, reader: ChannelReader, key: int) -> tuple[str, Labels] | None:

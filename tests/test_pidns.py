@@ -1,0 +1,46 @@
+"""Naming processes across PID namespaces, against real processes in a real new namespace."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+from driftwatch.pidns import ProcessId, find_process, identify
+from tests.conftest import in_pid_namespace, needs_pid_namespaces, unused_pid, wait_for
+
+IDENTIFY_ITSELF = """
+import json, os, sys
+from driftwatch.pidns import identify
+print(json.dumps(identify(os.getpid())), flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_this_process_is_named_and_found_under_its_own_pid() -> None:
+    me = identify(os.getpid())
+    with open("/proc/self/stat") as file:
+        ticks = int(file.read().rsplit(")", 1)[1].split()[19])
+    namespace = os.readlink("/proc/self/ns/pid")
+    assert me == ProcessId(os.getpid(), ticks, int(namespace.removeprefix("pid:[")[:-1]))
+    assert find_process(me) == os.getpid()
+
+
+def test_a_reused_pid_or_an_exited_process_is_not_found() -> None:
+    me = identify(os.getpid())
+    assert find_process(me._replace(start_ticks=me.start_ticks - 1)) is None
+    assert find_process(me._replace(pid=unused_pid())) is None
+    assert find_process(me._replace(namespace=1)) is None
+
+
+@needs_pid_namespaces
+def test_a_process_in_another_pid_namespace_is_found_under_the_pid_seen_here() -> None:
+    with in_pid_namespace(IDENTIFY_ITSELF) as (contained, pid):
+        assert contained.stdout is not None
+        itself = ProcessId(*json.loads(contained.stdout.readline()))
+        assert itself.pid == 1  # as a container's first process
+        assert itself.namespace != identify(os.getpid()).namespace
+        assert identify(pid) == itself  # the same name, read from outside
+        assert find_process(itself) == pid
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: find_process(itself) is None, 10, "the process to be gone")
