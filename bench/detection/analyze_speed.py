@@ -58,13 +58,15 @@ def write_trace(path: Path, seconds: float, seed: int = 0) -> int:
     lines = 0
     with path.open("w", encoding="utf-8") as out:
         step_t, step_v = ends.tolist(), steps.tolist()
-        probe_at = dict(zip(probes.tolist(), zip(rss.tolist(), probe_t.tolist(), strict=True)))
+        probe_values = zip(rss.tolist(), probe_t.tolist(), strict=True)
+        probe_at = dict(zip(probes.tolist(), probe_values, strict=True))
         for i, (t, value) in enumerate(zip(step_t, step_v, strict=True)):
             out.write(f'{{"t": {t:.4f}, "series": "step_seconds", "value": {value:.6g}}}\n')
             probe = probe_at.get(i)
             if probe is not None:
-                out.write(f'{{"t": {probe[1]:.4f}, "series": "rss_bytes", "value": {probe[0]:.0f}}}\n')
-                out.write(f'{{"t": {probe[1]:.4f}, "series": "train_step", "value": {i + 1}}}\n')
+                rss_now, at = probe
+                out.write(f'{{"t": {at:.4f}, "series": "rss_bytes", "value": {rss_now:.0f}}}\n')
+                out.write(f'{{"t": {at:.4f}, "series": "train_step", "value": {i + 1}}}\n')
                 lines += 2
         lines += n
     return lines

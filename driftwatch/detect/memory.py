@@ -147,7 +147,8 @@ class MemoryThresholds:
 MIN_READINGS = 3
 """Readings a scale's windows hold (median) for the scale to be analysed: the floor of a
 window with one or two readings is just those readings, and a GC cycle's rising half, seen
-at the monitor's 10-s tick through 2-s windows, would pass for a leak rushing to the limit."""
+at the monitor's 10-s tick through 2-s or 20-s windows, would pass for a leak rushing to the
+limit (with 2, 3 of 10 healthy GC-heavy runs got a critical finding in their first minutes)."""
 SLOWING = 0.8
 """A window's newer half rising slower than this share of its older half's rate is a
 rise that levels off (a warm-up), not noise around a steady one."""
