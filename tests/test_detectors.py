@@ -202,18 +202,25 @@ def test_start_up_before_the_first_step_is_not_judged() -> None:
     """A job importing TensorFlow and building its model climbs hundreds of MB in seconds
     (slower still on a busy host): not a leak, unless it goes on once training runs."""
     limit = [Sample("memory_limit_bytes", 4.0 * GIB, T0)]
-    ramp = [Sample("rss_bytes", 10 * MIB + i * 20 * MIB, T0 + i) for i in range(30)]
+
+    def climb(start: float, base: float, per_second: float, seconds: float) -> list[Sample]:
+        return [
+            Sample("rss_bytes", base + i * 0.5 * per_second, start + i * 0.5)
+            for i in range(int(seconds * 2))
+        ]
+
+    ramp = climb(T0, 10 * MIB, 20 * MIB, 30)
     top = ramp[-1].value
-    flat = [Sample("rss_bytes", top + (i % 3) * MIB, T0 + 30 + i) for i in range(30)]
     first_step = [Sample("train_step", 1.0, T0 + 30)]
-    samples = sorted(limit + ramp + first_step + flat, key=lambda s: s.t)
-    assert alarms(feed(HostMemoryDetector(), samples)) == []
-    leak = [Sample("rss_bytes", top + i * 20 * MIB, T0 + 30 + i) for i in range(30)]
-    samples = sorted(limit + ramp + first_step + leak, key=lambda s: s.t)
-    assert alarms(feed(HostMemoryDetector(), samples)) == ["host_memory_drift"]
+    flat = climb(T0 + 30, top, 0.0, 30)
+    leak = climb(T0 + 30, top, 20 * MIB, 30)
+    assert alarms(feed(HostMemoryDetector(), limit + ramp + first_step + flat)) == []
+    assert alarms(feed(HostMemoryDetector(), limit + ramp + first_step + leak)) == [
+        "host_memory_drift"
+    ]
     # Without any step (a job that reports none), start-up ends after two minutes.
-    steady = [Sample("rss_bytes", 10 * MIB + i * 10 * MIB, T0 + i) for i in range(200)]
-    assert alarms(feed(HostMemoryDetector(), limit + steady[:110])) == []
+    steady = climb(T0, 10 * MIB, 10 * MIB, 200)
+    assert alarms(feed(HostMemoryDetector(), limit + steady[:220])) == []
     assert alarms(feed(HostMemoryDetector(), limit + steady)) == ["host_memory_drift"]
 
 
@@ -369,18 +376,19 @@ def test_warm_up_that_levels_off_is_not_urgent_but_a_steady_climb_is() -> None:
 
 def test_leak_class_in_a_short_run_and_from_retracing_warnings() -> None:
     """Seconds into a run, TF memory probed every 2 s rising with RSS means tensors kept
-    alive; without the hook's tracing count, TF's retracing warnings tell retracing."""
+    alive; without the hook's tracing count, TF's retracing warnings tell retracing, even
+    though TF prints them only twice, long before the window that shows the leak."""
 
     def short_leak(extra: str) -> str:
         samples = [Sample("memory_limit_bytes", 8.0 * GIB, T0), Sample("train_step", 1.0, T0)]
-        for i in range(80):
+        for i in range(160):
             t = T0 + i * 0.5
             samples.append(Sample("rss_bytes", GIB + i * 0.5 * 10 * MIB, t))
             if i % 4 == 0:
                 tf = 100 * MIB + (i * 0.5 * 8 * MIB if extra == "tensors" else 0.0)
                 samples.append(Sample("tf_allocator_current_bytes", tf, t, (("device", "CPU:0"),)))
-            if extra == "warnings" and i % 20 == 0:
-                samples.append(Sample("retracing_warnings_total", float(i // 20), t))
+            if extra == "warnings" and i in (2, 6):
+                samples.append(Sample("retracing_warnings_total", float(i // 4 + 1), t))
         (finding,) = feed(HostMemoryDetector(), samples).findings
         return str(finding.evidence["leak_class"])
 

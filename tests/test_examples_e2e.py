@@ -20,6 +20,9 @@ pytestmark = pytest.mark.tf
 
 SECONDS = "35"
 """How long each example trains: with TensorFlow's start-up, a test takes about a minute."""
+INTERVAL = "0.5"
+"""Sampling interval: memory trends need windows of 3 readings or more, and in a
+35-second run only the 2-second windows fill enough of them."""
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,7 @@ def run_example(scenario: Scenario, tmp_path: Path) -> list[dict[str, Any]]:
     result = driftwatch(
         "run",
         "--interval",
-        "1",
+        INTERVAL,
         "--listen",
         "127.0.0.1:0",
         "--cpu-allocator-stats",

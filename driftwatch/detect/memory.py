@@ -456,7 +456,7 @@ class HostMemoryDetector(MemoryDriftDetector):
         self._tf: dict[Labels, dict[float, WindowMeans]] = {}
         self._traces: dict[str, deque[tuple[float, float]]] = {
             "tracing_count": deque(maxlen=4096),
-            "retracing_warnings_total": deque(maxlen=4096),
+            "retracing_warnings_total": deque(maxlen=1),
         }
 
     def observe(self, sample: Sample) -> None:
@@ -474,14 +474,15 @@ class HostMemoryDetector(MemoryDriftDetector):
             super().observe(sample)
 
     def _retraced(self, since: float) -> bool:
-        """Whether the train function was traced again, or TF warned of retracing, since."""
+        """Whether the train function was traced again since ``since``, or TF ever warned
+        of frequent retracing: it warns at most twice per function, early on, however
+        long the retracing goes on (``FREQUENT_TRACING_WARNING_MAX_WARNING_PER_DETECTOR``)."""
         counts = self._traces["tracing_count"]
         traces = [c for t, c in counts if t >= since]
         if len(traces) >= 2 and traces[-1] - traces[0] >= 2:
             return True
         warnings = self._traces["retracing_warnings_total"]
-        before = max((c for t, c in warnings if t < since), default=0.0)
-        return bool(warnings) and warnings[-1][1] > before
+        return bool(warnings) and warnings[-1][1] > 0
 
     def leak_class(self, trend: Trend) -> tuple[str, str]:
         """(class, advice) from TF allocator memory and tracing over ``trend``'s window."""
