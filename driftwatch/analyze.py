@@ -7,11 +7,13 @@ A samples file has one JSON object per line: ``{"t": <unix seconds>, "series": <
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from driftwatch.detect.catalog import default_engine
 from driftwatch.errors import DriftwatchError
@@ -28,44 +30,74 @@ class RecordingError(DriftwatchError):
     """A samples file that cannot be analysed; the message names the line."""
 
 
+EXPECTED = 'expected {"t": seconds, "series": name, "value": number}'
+
+BATCH_LINES = 4096
+"""Lines parsed by one ``json.loads`` call: per-line calls cost more than the parsing."""
+
+
+def _parse(path: Path, lines: list[str], first: int) -> list[tuple[int, Any]]:
+    """``(line number, decoded JSON)`` of the non-blank ``lines``, numbered from ``first``.
+
+    One ``json.loads`` of them all as an array; should that fail, or the array not hold one
+    value per line (lines that are not JSON values on their own), they are decoded one by
+    one so that the error names the line.
+    """
+    numbered = [(first + i, line) for i, line in enumerate(lines) if line.strip()]
+    try:
+        values = json.loads("[" + ",".join(line for _, line in numbered) + "]")
+    except ValueError:
+        values = None
+    if isinstance(values, list) and len(values) == len(numbered):
+        return [(number, value) for (number, _), value in zip(numbered, values, strict=True)]
+    decoded: list[tuple[int, Any]] = []
+    for number, line in numbered:
+        try:
+            decoded.append((number, json.loads(line)))
+        except ValueError as err:
+            raise RecordingError(f"{path}:{number}: {EXPECTED}") from err
+    return decoded
+
+
 def read_samples(path: Path) -> Iterator[Sample]:
     """The samples of a recording, checked line by line (a hot loop: kept lean)."""
     try:
         lines = path.open(encoding="utf-8")
     except OSError as err:
         raise RecordingError(f"{path}: cannot read: {err.strerror}") from err
-    loads = json.loads
     known = SERIES.keys()
     numbers = (int, float)
     last_t = -math.inf
+    first = 1
     with lines:
-        for number, line in enumerate(lines, 1):
-            try:
-                record = loads(line)
-                t = record["t"]
-                series = record["series"]
-                value = record["value"]
-            except (ValueError, KeyError, TypeError) as err:
-                if not line.strip():
-                    continue
-                raise RecordingError(
-                    f'{path}:{number}: expected {{"t": seconds, "series": name, "value": number}}'
-                ) from err
-            if type(t) not in numbers or (value is not None and type(value) not in numbers):
-                raise RecordingError(f"{path}:{number}: t and value must be numbers")
-            if series not in known:
-                raise RecordingError(f"{path}:{number}: unknown series {series!r} (see the README)")
-            if t < last_t:
-                raise RecordingError(f"{path}:{number}: time goes backwards ({t} after {last_t})")
-            last_t = t
-            labels = record.get("labels")
-            if labels is None:
-                yield Sample(series, math.nan if value is None else value, t)
-            elif isinstance(labels, dict):
-                items = tuple(sorted((str(k), str(v)) for k, v in labels.items()))
-                yield Sample(series, math.nan if value is None else value, t, items)
-            else:
-                raise RecordingError(f"{path}:{number}: labels must be an object")
+        while batch := list(itertools.islice(lines, BATCH_LINES)):
+            for number, record in _parse(path, batch, first):
+                try:
+                    t = record["t"]
+                    series = record["series"]
+                    value = record["value"]
+                except (KeyError, TypeError) as err:
+                    raise RecordingError(f"{path}:{number}: {EXPECTED}") from err
+                if type(t) not in numbers or (value is not None and type(value) not in numbers):
+                    raise RecordingError(f"{path}:{number}: t and value must be numbers")
+                if series not in known:
+                    raise RecordingError(
+                        f"{path}:{number}: unknown series {series!r} (see the README)"
+                    )
+                if t < last_t:
+                    raise RecordingError(
+                        f"{path}:{number}: time goes backwards ({t} after {last_t})"
+                    )
+                last_t = t
+                labels = record.get("labels")
+                if labels is None:
+                    yield Sample(series, math.nan if value is None else value, t)
+                elif isinstance(labels, dict):
+                    items = tuple(sorted((str(k), str(v)) for k, v in labels.items()))
+                    yield Sample(series, math.nan if value is None else value, t, items)
+                else:
+                    raise RecordingError(f"{path}:{number}: labels must be an object")
+            first += len(batch)
 
 
 def detect(samples: Iterable[Sample], every: float = EVALUATE_EVERY_SECONDS) -> list[Finding]:

@@ -6,7 +6,8 @@ counters, the functions traced for every model, their graphs) keeps every old mo
 reachable, and host memory grows trial after trial, with the old models' variables in
 TensorFlow's allocator. driftwatch reports ``host_memory_drift`` (leak class
 ``tensors_kept_alive`` when TF's allocator keeps statistics, as under ``driftwatch run
---cpu-allocator-stats``; its advice names models built in a loop). Fix: call
+--cpu-allocator-stats``, or ``framework_state`` when that allocator's steps, one per model,
+are too sparse for the window that found the leak; both advise clearing the session). Fix: call
 ``keras.backend.clear_session()`` at the start of each trial.
 
 python examples/models_in_loop.py [--seconds 40]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import os
+import subprocess
+import sys
 import threading
 import urllib.request
 from collections.abc import Iterator
@@ -17,6 +19,7 @@ import pytest
 from driftwatch.channel import ChannelReader, Record, channel_path
 from driftwatch.hook import core
 from driftwatch.hook.protocol import SERIES_META, Kind
+from tests.conftest import TF_ENV
 
 pytestmark = pytest.mark.tf
 
@@ -219,3 +222,28 @@ def test_callback_serves_metrics_without_a_daemon(channel_dir: Path) -> None:
     assert "driftwatch_tf_function_traces_total{" in text
     assert 'driftwatch_source_up{run="' in text
     assert 'source="hook"} 1.0' in text
+
+
+def test_tf_memory_is_read_once_the_allocator_holds_tensors(tmp_path: Path) -> None:
+    """With statistics on, the CPU allocator's peak is zero until the first tensor: an early
+    probe must not give up on the device, as it does for an allocator that keeps none."""
+    script = (
+        "from driftwatch.hook.probes import TensorflowProbes\n"
+        "import tensorflow as tf\n"
+        "probes = TensorflowProbes()\n"
+        "assert probes.read() == [], 'nothing placed yet'\n"
+        "kept = tf.ones((256, 256))\n"
+        "print(sorted(series for series, _, _ in probes.read()))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, **TF_ENV, "TF_CPU_ALLOCATOR_USE_BFC": "true"},
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split("\n")[-2] == (
+        "['tf_allocator_current_bytes', 'tf_allocator_peak_bytes']"
+    )

@@ -8,7 +8,7 @@ not raw samples) and costs O(1) amortised per sample.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -40,15 +40,17 @@ class Engine:
 
     def __init__(self, detectors: Sequence[Detector]) -> None:
         self._detectors = list(detectors)
-        self._routes: dict[str, list[Detector]] = {}
+        routes: dict[str, list[Callable[[Sample], None]]] = {}
         for detector in self._detectors:
             for series in detector.series:
-                self._routes.setdefault(series, []).append(detector)
+                routes.setdefault(series, []).append(detector.observe)
+        # Bound methods, looked up once: observe runs for every sample of a long recording.
+        self._routes = {series: tuple(observers) for series, observers in routes.items()}
         self.scores: dict[str, float] = {d.name: 0.0 for d in self._detectors}
 
     def observe(self, sample: Sample) -> None:
-        for detector in self._routes.get(sample.series, ()):
-            detector.observe(sample)
+        for observe in self._routes.get(sample.series, ()):
+            observe(sample)
 
     def evaluate(self, now: float) -> list[Finding]:
         findings: list[Finding] = []

@@ -15,6 +15,7 @@ is seen.
 from __future__ import annotations
 
 import math
+import statistics
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -37,15 +38,27 @@ class WindowMeans:
     A window's floor is its lowest reading. Memory that is garbage-collected, or a probe
     that lands mid-step and sees activations on top, lifts the mean of some windows but not
     their floors, while memory that is kept (a leak) lifts every floor: trends and jumps are
-    judged on floors, levels and limits on means.
+    judged on floors, levels and limits on means. A floor says this only of windows that hold
+    several readings: ``readings`` counts them.
     """
 
-    __slots__ = ("_count", "_floor", "_start", "_sum", "floors", "means", "version", "width")
+    __slots__ = (
+        "_count",
+        "_floor",
+        "_start",
+        "_sum",
+        "floors",
+        "means",
+        "readings",
+        "version",
+        "width",
+    )
 
     def __init__(self, width: float, points: int) -> None:
         self.width = width
         self.means: deque[tuple[float, float]] = deque(maxlen=points)  # (window start, mean)
         self.floors: deque[float] = deque(maxlen=points)  # the same windows' lowest readings
+        self.readings: deque[int] = deque(maxlen=points)  # and how many readings they hold
         self.version = 0  # counts closed windows: analyses of ``means`` can be cached on it
         self._start = math.nan
         self._sum = 0.0
@@ -60,6 +73,7 @@ class WindowMeans:
             if self._count:
                 self.means.append((self._start, self._sum / self._count))
                 self.floors.append(self._floor)
+                self.readings.append(self._count)
                 self.version += 1
             self._start, self._sum, self._floor, self._count = start, 0.0, math.inf, 0
         self._sum += value
@@ -122,8 +136,7 @@ class MemoryThresholds:
 
     points: int = 24  # newest window means tested per scale
     min_points: int = 8
-    alpha: float = 0.001  # Mann-Kendall level for urgent growth, at any scale
-    alpha_settled: float = 0.005  # and for a leak, on 10-minute means
+    alpha: float = 0.001  # Mann-Kendall level, for urgent growth and for a leak
     settled_min_width: float = 600.0
     warmup_seconds: float = 3600.0
     warmup_epochs: int = 2
@@ -137,6 +150,11 @@ class MemoryThresholds:
 STARTUP_MAX_SECONDS = 120.0
 """Memory climbs steeply while a job imports TensorFlow, builds its model and traces it:
 that start-up ends at the first training step, or after this long when none is seen."""
+MIN_READINGS = 3
+"""Readings a scale's windows hold (median) for the scale to be analysed: the floor of a
+window with one or two readings is just those readings, and a GC cycle's rising half, seen
+at the monitor's 10-s tick through 2-s or 20-s windows, would pass for a leak rushing to the
+limit (with 2, 3 of 10 healthy GC-heavy runs got a critical finding in their first minutes)."""
 SLOWING = 0.8
 """A window's newer half rising slower than this share of its older half's rate is a
 rise that levels off (a warm-up), not noise around a steady one."""
@@ -244,7 +262,10 @@ class MemoryDriftDetector:
         settled: list[Trend] = []
         fast: list[Trend] = []
         jumps: list[Jump] = []
-        if len(scale.means) < self.thresholds.min_points:
+        if (
+            len(scale.means) < self.thresholds.min_points
+            or statistics.median(scale.readings) < MIN_READINGS
+        ):
             return settled, fast, jumps
         times = np.array([t for t, _ in scale.means])
         floors = np.array(scale.floors)
@@ -255,9 +276,9 @@ class MemoryDriftDetector:
             jumps.append((float(times[i]), float(floors[i] - floors[i - 1])))
         # The window a jump fell into holds readings from both sides: start after it.
         start = splits[-1] + 1 if splits else 0
-        for subset, bucket, alpha in (
-            (times >= warm_until, settled, self.thresholds.alpha_settled),
-            (times >= started, fast, self.thresholds.alpha),
+        for subset, bucket in (
+            (times >= warm_until, settled),
+            (times >= started, fast),
         ):
             idx = np.arange(start, len(floors))
             if subset is not None:
@@ -269,7 +290,7 @@ class MemoryDriftDetector:
                 continue
             # The small-sample autocorrelation estimate is too unstable below ~16 points.
             test = mann_kendall(floors[idx], lag1_correction=len(idx) >= 16)
-            if test.p < alpha:
+            if test.p < self.thresholds.alpha:
                 half = len(idx) // 2
                 older_slope, _ = theil_sen(times[idx[:half]], floors[idx[:half]])
                 newer_slope, _ = theil_sen(times[idx[half:]], floors[idx[half:]])
@@ -435,7 +456,7 @@ class HostMemoryDetector(MemoryDriftDetector):
         self._tf: dict[Labels, dict[float, WindowMeans]] = {}
         self._traces: dict[str, deque[tuple[float, float]]] = {
             "tracing_count": deque(maxlen=4096),
-            "retracing_warnings_total": deque(maxlen=4096),
+            "retracing_warnings_total": deque(maxlen=1),
         }
 
     def observe(self, sample: Sample) -> None:
@@ -453,14 +474,15 @@ class HostMemoryDetector(MemoryDriftDetector):
             super().observe(sample)
 
     def _retraced(self, since: float) -> bool:
-        """Whether the train function was traced again, or TF warned of retracing, since."""
+        """Whether the train function was traced again since ``since``, or TF ever warned
+        of frequent retracing: it warns at most twice per function, early on, however
+        long the retracing goes on (``FREQUENT_TRACING_WARNING_MAX_WARNING_PER_DETECTOR``)."""
         counts = self._traces["tracing_count"]
         traces = [c for t, c in counts if t >= since]
         if len(traces) >= 2 and traces[-1] - traces[0] >= 2:
             return True
         warnings = self._traces["retracing_warnings_total"]
-        before = max((c for t, c in warnings if t < since), default=0.0)
-        return bool(warnings) and warnings[-1][1] > before
+        return bool(warnings) and warnings[-1][1] > 0
 
     def leak_class(self, trend: Trend) -> tuple[str, str]:
         """(class, advice) from TF allocator memory and tracing over ``trend``'s window."""

@@ -20,6 +20,9 @@ FloatArray = npt.NDArray[np.float64]
 #: MAD -> standard deviation for normal data (1 / Phi^-1(3/4)).
 MAD_TO_SIGMA = 1.4826
 
+#: Standard error of a median over that of a mean, for normal data (sqrt(pi / 2)).
+MEDIAN_EFFICIENCY = 1.2533
+
 #: Largest lag-1 autocorrelation the Mann-Kendall correction will use (caps n/n* at 39).
 MAX_LAG1 = 0.95
 
@@ -269,8 +272,7 @@ class RunningMedianBlocks:
     size: int
     max_seconds: float = math.inf
     min_size: int = 1
-    _buf: FloatArray = field(init=False, repr=False)
-    _count: int = field(default=0, init=False, repr=False)
+    _values: list[float] = field(default_factory=list, init=False, repr=False)
     _start_t: float = field(default=0.0, init=False, repr=False)
     _last_t: float = field(default=0.0, init=False, repr=False)
 
@@ -279,39 +281,37 @@ class RunningMedianBlocks:
             raise ValueError(f"need 1 <= min_size <= size, got {self.min_size}, {self.size}")
         if not self.max_seconds > 0:
             raise ValueError(f"max_seconds must be > 0, got {self.max_seconds}")
-        self._buf = np.empty(self.size, dtype=np.float64)
 
     @property
     def pending(self) -> int:
         """Values in the block being filled."""
-        return self._count
+        return len(self._values)
 
     def add(self, value: float, t: float) -> tuple[float, float] | None:
         """Add one value at time ``t``; the finished block's ``(median, end_t)`` or None."""
         if not math.isfinite(value):
             return None
-        if self._count == 0:
+        values = self._values
+        if not values:
             self._start_t = t
-        self._buf[self._count] = value
-        self._count += 1
+        values.append(value)  # a list: appending is faster than storing into an array
         self._last_t = t
-        if self._count >= self.size or (
-            self._count >= self.min_size and t - self._start_t >= self.max_seconds
-        ):
+        count = len(values)
+        if count >= self.size or (count >= self.min_size and t - self._start_t >= self.max_seconds):
             return self._close()
         return None
 
     def flush(self) -> tuple[float, float] | None:
         """Close the partial block early if it holds ``min_size`` values (e.g. at run end)."""
-        if self._count == 0 or self._count < self.min_size:
+        if not self._values or len(self._values) < self.min_size:
             return None
         return self._close()
 
     def reset(self) -> None:
         """Drop the partial block."""
-        self._count = 0
+        self._values.clear()
 
     def _close(self) -> tuple[float, float]:
-        median = float(np.median(self._buf[: self._count]))
-        self._count = 0
+        median = float(np.median(self._values))
+        self._values.clear()
         return median, self._last_t

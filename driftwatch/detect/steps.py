@@ -12,11 +12,14 @@ import math
 from collections import deque
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from driftwatch.detect import Evaluation
 from driftwatch.detect.stats import (
+    MEDIAN_EFFICIENCY,
     Cusum,
     RunningMedianBlocks,
+    ess_variance_factor,
     mann_kendall,
     robust_scale,
     theil_sen,
@@ -29,16 +32,27 @@ WORTH_REPORTING = 1.10
 """The smallest sustained slowdown worth a warning: 10 %."""
 LEAST_REPORTED = 1.075
 """The CUSUM may sum up a long, smaller excess (a slow healthy wander of a few percent): it
-reports only once the recent blocks are this much slower than the baseline."""
+reports only once the current level is this much slower than the baseline, plus the
+baseline's own uncertainty (``BASELINE_Z`` standard errors)."""
+BASELINE_Z = 3.0
+"""Standard errors of the baseline added to the bar: a baseline drawn from a noisy or
+autocorrelated first half hour is uncertain by a few percent, and a bar that ignores this
+is crossed by healthy runs whose baseline happened to be low."""
 RECENT_BLOCKS = 5
-"""Blocks whose median is the current ratio."""
+"""Blocks whose median is the recent ratio (ends a report; smooths the onset search)."""
+CLIMB_SMOOTHING = 2 * RECENT_BLOCKS - 1
+"""Blocks in the running median that tells a climb's start and end."""
+LEVEL_BLOCKS = 30
+"""Most blocks since the onset that estimate the current level."""
 STILL_SLOW = 1 + (LEAST_REPORTED - 1) / 2
 """A reported slowdown ends once the recent blocks fall back below this ratio."""
 MIN_BLOCK_SECONDS = 1.0
-"""A block spans at least this much wall time: with sub-millisecond steps, 100 steps last
-less than a burst of scheduler contention, which would then look like a slowdown."""
+"""A block spans about this much wall time at least: with sub-millisecond steps, 100 steps
+last less than a burst of scheduler contention, which would then look like a slowdown."""
 MAX_SUB_BLOCKS = 256
 """Bounds the sub-blocks merged into one block (a clock that jumps back never closes one)."""
+BASELINE_CHUNKS = 48
+"""Chunk medians the baseline keeps: with 30 blocks a chunk, a day of 1-s steps."""
 
 
 class SlowdownDetector:
@@ -46,15 +60,23 @@ class SlowdownDetector:
 
     When steps are fast, consecutive block medians are merged (their median) until a block
     spans ``MIN_BLOCK_SECONDS``. The first ``warmup_blocks`` blocks (tracing, caches filling)
-    are skipped. The baseline
-    is the median of the blocks after them, growing until ``baseline_blocks`` and then
-    frozen; testing starts once ``min_baseline_blocks`` are in, so short runs are watched
-    too, and from then on only blocks seen while the sum is at zero join the baseline.
+    are skipped. The baseline is the median of chunk medians: chunks of ``baseline_blocks``
+    blocks, the first one from the blocks seen while the sum is not past ``h`` (testing
+    starts once ``min_baseline_blocks`` of it are in, so short runs are watched too), each
+    later one kept only if no slowdown was
+    reported during it, the newest ``BASELINE_CHUNKS``. So the baseline gets more precise as
+    the run goes on (a slow wander averages out instead of staying frozen in the first half
+    hour) and a reported slowdown never joins it.
+
     Each block adds ``log(block / baseline) - k``, capped at ``h / 2`` so that no single odd
     block (a checkpoint and a slow first step of an epoch closed into one) can alarm alone.
-    ``k`` is half the log of the slowdown worth reporting, or the baseline blocks' own noise
-    if larger; ``h`` grows with that noise too. The last time the sum was zero estimates the
-    onset; a significant rise of the ratio after it tells a gradual slowdown from a step.
+    ``k`` is half the log of the slowdown worth reporting, or the first chunk's own noise if
+    larger; ``h`` grows with that noise too. The last time the sum was zero estimates the
+    onset. A slowdown is reported while the sum is past ``h`` and the current level (the
+    Theil-Sen line through the blocks since the onset, at the newest one: a ramp's median
+    lags) is ``LEAST_REPORTED`` times the baseline plus its uncertainty. It is gradual when
+    the level took longer than ``RECENT_BLOCKS`` blocks to climb from a quarter to three
+    quarters of the current ratio, abrupt when it jumped.
     """
 
     name = "slowdown"
@@ -74,14 +96,21 @@ class SlowdownDetector:
         self._sub_blocks: list[float] = []  # log medians of the sub-blocks of the open block
         self._last_block_t = -math.inf
         self._warmup_left = warmup_blocks
-        self._baseline_blocks: list[float] = []  # log block medians
+        self._chunk: list[float] = []  # log levels of the chunk being filled
+        self._chunk_clean = True  # no slowdown reported during it
+        self._chunks: deque[float] = deque(maxlen=BASELINE_CHUNKS)  # medians of kept chunks
         self._min_baseline = min_baseline_blocks
-        self._baseline_size = baseline_blocks
+        self._chunk_size = baseline_blocks
         self._threshold = threshold
         self.baseline = math.nan
+        self._noise = 0.0  # robust scale of the first chunk's blocks
+        self._variance_factor = 1.0  # their autocorrelation's n / n*
         self._cusum = Cusum(k=math.log(WORTH_REPORTING) / 2, h=threshold)
         self._recent: deque[tuple[float, float]] = deque(maxlen=512)  # (t, log ratio)
+        self._since_onset = 0  # blocks since the sum last left zero
         self._active = False  # hysteresis: on above h, off below h / 3
+        self._gradual = False  # the kind, decided when the report starts
+        self._since = math.nan  # and since when
 
     def observe(self, sample: Sample) -> None:
         block = self._blocks.add(sample.value, sample.t)
@@ -89,7 +118,10 @@ class SlowdownDetector:
             return
         t = block[1]
         self._sub_blocks.append(math.log(block[0]))
-        if t - self._last_block_t < MIN_BLOCK_SECONDS and len(self._sub_blocks) < MAX_SUB_BLOCKS:
+        # Close at the whole number of sub-blocks nearest to MIN_BLOCK_SECONDS: 100 steps of
+        # 10 ms span a second give or take, and must not be merged in pairs half the time.
+        span, merged = t - self._last_block_t, len(self._sub_blocks)
+        if span + span / (2 * merged) < MIN_BLOCK_SECONDS and merged < MAX_SUB_BLOCKS:
             return
         level = float(np.median(self._sub_blocks))
         self._sub_blocks.clear()
@@ -97,76 +129,127 @@ class SlowdownDetector:
         if self._warmup_left > 0:
             self._warmup_left -= 1
             return
-        testing = len(self._baseline_blocks) >= self._min_baseline
-        # Once testing, only blocks that look normal (the sum is at zero) join the
-        # baseline: a slowdown starting now must not be absorbed into it.
-        if len(self._baseline_blocks) < self._baseline_size and (
-            not testing or self._cusum.value == 0.0
-        ):
-            self._baseline_blocks.append(level)
-            self._rebaseline()
-        if len(self._baseline_blocks) < self._min_baseline:
+        self._add_to_baseline(level, first_ok=not self._cusum.alarm)
+        if math.isnan(self.baseline):
             return
         ratio = level - math.log(self.baseline)
         self._cusum.update(min(ratio, self._cusum.h / 2), t)
         self._recent.append((t, ratio))
-        current = self._current_ratio()
-        if self._cusum.alarm and current >= LEAST_REPORTED:
+        self._since_onset = 0 if self._cusum.value == 0.0 else self._since_onset + 1
+        if self._cusum.alarm and self._current_ratio() >= self._bar():
+            if not self._active:
+                self._start_report()
             self._active = True
-        elif self._cusum.value < self._cusum.h / 3 or current < STILL_SLOW:
+        elif self._cusum.value < self._cusum.h / 3 or self._recent_ratio() < STILL_SLOW:
             self._active = False
+        self._chunk_clean = self._chunk_clean and not self._active
 
-    def _current_ratio(self) -> float:
+    def _add_to_baseline(self, level: float, first_ok: bool) -> None:
+        """Fill the chunk; the first one sets the baseline and the noise as it grows, from
+        the blocks that come while the sum is not past ``h`` (``first_ok``): a slowdown in
+        the first minutes must not raise its own baseline and noise."""
+        chunk = self._chunk
+        first = not self._chunks
+        if first and not first_ok:
+            return
+        chunk.append(level)
+        if first and len(chunk) >= self._min_baseline:
+            levels = np.array(chunk)
+            self._noise = robust_scale(levels)
+            self._variance_factor = ess_variance_factor(levels)[0]
+            self._cusum.k = max(math.log(WORTH_REPORTING) / 2, self._noise)
+            self._cusum.h = max(self._threshold, 6 * self._noise)
+            self.baseline = math.exp(float(np.median(levels)))
+        if len(chunk) < self._chunk_size:
+            return
+        if self._chunk_clean:
+            self._chunks.append(float(np.median(chunk)))
+            self.baseline = math.exp(float(np.median(self._chunks)))
+        chunk.clear()
+        self._chunk_clean = True
+
+    def _bar(self) -> float:
+        """``LEAST_REPORTED`` plus ``BASELINE_Z`` standard errors of the baseline's median."""
+        blocks = max(len(self._chunks), 1) * self._chunk_size
+        error = MEDIAN_EFFICIENCY * self._noise * math.sqrt(self._variance_factor / blocks)
+        return LEAST_REPORTED * math.exp(BASELINE_Z * error)
+
+    def _recent_ratio(self) -> float:
+        """Median ratio of the newest ``RECENT_BLOCKS`` blocks."""
         recent = [x for _, x in itertools.islice(reversed(self._recent), RECENT_BLOCKS)]
         return math.exp(float(np.median(recent)))
 
-    def _rebaseline(self) -> None:
-        levels = np.array(self._baseline_blocks)
-        self.baseline = math.exp(float(np.median(levels)))
-        noise = robust_scale(levels) if len(levels) >= self._min_baseline else 0.0
-        self._cusum.k = max(math.log(WORTH_REPORTING) / 2, noise)
-        self._cusum.h = max(self._threshold, 6 * noise)
+    def _current_ratio(self) -> float:
+        """The level now, from the blocks since the onset (``RECENT_BLOCKS`` to
+        ``LEVEL_BLOCKS``): their median, or with ten or more, their Theil-Sen line's value at
+        the newest block."""
+        count = min(max(self._since_onset, RECENT_BLOCKS), LEVEL_BLOCKS)
+        levels = np.array([x for _, x in itertools.islice(reversed(self._recent), count)])
+        if len(levels) < 10:
+            return math.exp(float(np.median(levels)))
+        index = np.arange(len(levels), 0, -1, dtype=np.float64)  # newest first
+        slope, intercept = theil_sen(index, levels)
+        return math.exp(intercept + slope * len(levels))
+
+    def _climb(self, ratio: float) -> tuple[float, int]:
+        """When the level last started to climb from a quarter of ``ratio`` (log units),
+        and in how many blocks it then reached three quarters: a step takes a few, a ramp
+        many. The level is the running median of ``CLIMB_SMOOTHING`` blocks, so that noise
+        dips during a slow ramp do not pass for its start."""
+        times = np.array([t for t, _ in self._recent])
+        values = np.array([x for _, x in self._recent])
+        padded = np.pad(values, (CLIMB_SMOOTHING - 1, 0), mode="edge")
+        smooth = np.median(sliding_window_view(padded, CLIMB_SMOOTHING), axis=1)
+        low = np.flatnonzero(smooth <= ratio / 4)
+        start = int(low[-1]) if len(low) else -1
+        high = np.flatnonzero(smooth[start + 1 :] >= 3 * ratio / 4)
+        blocks = int(high[0]) + 1 if len(high) else len(smooth) - start
+        return float(times[max(start, 0)]), blocks
+
+    def _start_report(self) -> None:
+        """Decide, once per report, whether the slowdown is gradual, and since when: a
+        report that changed its kind as noise moves the climb would read as two problems."""
+        climb_start, climb_blocks = self._climb(math.log(self._current_ratio()))
+        onset = self._cusum.onset_t
+        self._gradual = climb_blocks > RECENT_BLOCKS
+        if onset is None or self._gradual:
+            self._since = climb_start if onset is None else min(climb_start, onset)
+        else:
+            self._since = onset
 
     def evaluate(self, now: float) -> Evaluation:
         score = self._cusum.value / self._cusum.h
-        onset = self._cusum.onset_t
-        if not self._active or onset is None:
+        if not self._active:
             return Evaluation(score)
         ratio = self._current_ratio()
-        times = np.array([t for t, _ in self._recent if t >= onset])
-        levels = np.array([x for t, x in self._recent if t >= onset])
-        slope, _ = theil_sen(times, levels)
-        rise = slope * (times[-1] - times[0]) if len(times) >= 6 else 0.0
-        gradual = rise > math.log(1.05) and mann_kendall(levels).p < 0.01
+        since = self._since
         current = self.baseline * ratio
         evidence: dict[str, float | str] = {
             "ratio": ratio,
             "baseline_step_seconds": self.baseline,
             "current_step_seconds": current,
-            "onset": onset,
+            "onset": since,
         }
         severity = Severity.CRITICAL if ratio >= 2 else Severity.WARNING
         before, after = human_seconds(self.baseline), human_seconds(current)
-        if gradual:
-            evidence["rise_since_onset"] = math.expm1(rise)
+        if self._gradual:
             message = (
                 f"steps are getting slower: {ratio:.2f}x the baseline ({before} -> {after} per "
-                f"step), up {math.expm1(rise):.0%} since about {clock(onset)} and still "
-                "rising. Likely causes: an input pipeline or cache that degrades, growing "
-                "Python-side state per step (lists, metrics, summaries), retracing, memory "
-                "pressure or thermal throttling. Compare a py-spy or TF Profiler trace from "
-                "now with one from the start."
+                f"step), rising gradually since about {clock(since)}. Likely causes: an input "
+                "pipeline or cache that degrades, growing Python-side state per step (lists, "
+                "metrics, summaries), retracing, memory pressure or thermal throttling. "
+                "Compare a py-spy or TF Profiler trace from now with one from the start."
             )
             kind = "gradual_slowdown"
         else:
             message = (
-                f"steps became {ratio:.2f}x slower around {clock(onset)} ({before} -> {after} "
+                f"steps became {ratio:.2f}x slower around {clock(since)} ({before} -> {after} "
                 "per step) and stayed there. Look at what changed then: "
                 "a new data shard or augmentation, a learning-rate or mixed-precision switch, "
                 "another job on the same device or host, a throttled disk or network."
             )
             kind = "abrupt_slowdown"
-        return Evaluation(score, (Finding(kind, severity, onset, message, evidence),))
+        return Evaluation(score, (Finding(kind, severity, since, message, evidence),))
 
 
 class PeriodicStallDetector:
@@ -270,15 +353,18 @@ class SlowCallbackDetector:
     def observe(self, sample: Sample) -> None:
         if sample.series == "step_seconds":
             block = self._steps.add(sample.value, sample.t)
-            if block is not None:
-                self._step = block[0]
-                self._blocks_seen += 1
+            if block is None:
+                return
+            self._step = block[0]
+            self._blocks_seen += 1
         else:
             block = self._gaps.add(sample.value, sample.t)
-            if block is not None:
-                self._gap = block[0]
-                if self._blocks_seen == 3:  # after warm-up: the share to compare against
-                    self._baseline_share = self.share
+            if block is None:
+                return
+            self._gap = block[0]
+            if self._blocks_seen == 3:  # after warm-up: the share to compare against
+                self._baseline_share = self.share
+        # The share changes only when a block closes.
         if math.isnan(self._since) and self.share >= self.share_threshold:
             self._since = sample.t
 

@@ -18,6 +18,9 @@ Reading = tuple[str, Labels, float]
 """(series, labels, value)."""
 
 MAX_UNWRAP_DEPTH = 6
+IDLE_ALLOCATOR_READS = 10
+"""Reads of a device whose allocator answers a zero peak before it counts as keeping no
+statistics: with statistics on, the peak is also zero until the first tensor is placed."""
 
 
 def traced_functions(fn: Callable[..., Any]) -> Iterator[Any]:
@@ -50,6 +53,7 @@ class TensorflowProbes:
 
     def __init__(self) -> None:
         self._devices: list[str] | None = None  # resolved on the first read
+        self._zero_peaks: dict[str, int] = {}  # device: reads that answered a zero peak
         self._functions: list[tuple[Any, int]] = []  # (tf.function, its count when first read)
 
     def watch(self, fn: Callable[..., Any]) -> None:
@@ -93,8 +97,10 @@ class TensorflowProbes:
                 # "No matching devices" (device gone) or an allocator that keeps no stats.
                 self._drop(device, str(err))
                 continue
-            if info["peak"] == 0:  # the plain CPU allocator answers zeros: it is not tracking
-                self._drop(device, "its allocator keeps no statistics")
+            if info["peak"] == 0:  # nothing placed yet, or the plain CPU allocator (no stats)
+                zeros = self._zero_peaks[device] = self._zero_peaks.get(device, 0) + 1
+                if zeros >= IDLE_ALLOCATOR_READS:
+                    self._drop(device, "its allocator keeps no statistics")
                 continue
             labels = (("device", device),)
             readings.append(("tf_allocator_current_bytes", labels, float(info["current"])))
