@@ -2,8 +2,9 @@
 
 Each series keeps its most recent raw samples and downsampled tiers (10 s, 1 min, 10 min
 buckets with count, mean, min, max and last), from which the history database is written:
-the long view lives there, so memory holds only the newest hour of each tier (what the
-history may still need after a slow disk). Every part is a ring of flat ``array('d')``
+the long view lives there, so memory holds only what the history may still need after a
+slow disk: the newest hour of 10 s and 1 min buckets, the newest day of 10 min buckets (the
+history's whole-run tier). Every part is a ring of flat ``array('d')``
 columns with a fixed capacity, so memory stays constant however long the run, with no
 Python object per sample once a ring is full.
 """
@@ -69,10 +70,10 @@ class TierSpec:
     """How far back from a run's newest data the history database keeps the tier."""
 
 
-DEFAULT_TIERS = (  # memory: the newest hour of each; the history: as history_seconds says
+DEFAULT_TIERS = (  # in memory: an hour, an hour, a day; in the history: as commented
     TierSpec(10.0, 360, history_seconds=3600.0),  # the newest hour
     TierSpec(60.0, 60, history_seconds=86400.0),  # the newest day
-    TierSpec(600.0, 6),  # the whole run
+    TierSpec(600.0, 144),  # the whole run
 )
 
 BUCKET_COLUMNS = ("start", "count", "mean", "min", "max", "last")
