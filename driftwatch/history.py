@@ -277,6 +277,9 @@ class History:
                 self.path,
                 self.failed,
             )
+        except Exception as err:  # a bug here must neither end monitoring nor hang close()
+            self.failed = f"internal error: {err!r}"
+            log.exception("history stopped: internal error; monitoring goes on without it")
 
     def _write(self, batch: _Batch) -> None:
         run_id = self._run_id(batch)

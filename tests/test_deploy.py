@@ -81,7 +81,15 @@ def test_daemonset_least_privileges() -> None:
     assert pod["automountServiceAccountToken"] is False
     (container,) = pod["containers"]
     (init,) = pod["initContainers"]
-    assert container["args"] == ["daemon", "--listen", "0.0.0.0:19461"]
+    args = container["args"]
+    assert args[:3] == ["daemon", "--listen", "0.0.0.0:19461"]
+    # The root filesystem is read-only: the history must live on a mounted volume.
+    db = Path(args[args.index("--db") + 1])
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    (history,) = [m for m in mounts.values() if db.is_relative_to(m["mountPath"])]
+    assert not history.get("readOnly", False)
+    assert volumes[history["name"]]["hostPath"]["path"] == history["mountPath"]
     for each in (container, init):
         security = each["securityContext"]
         assert security["privileged"] is False
