@@ -63,10 +63,10 @@ class SlowdownDetector:
     are skipped. The baseline is the median of chunk medians: chunks of ``baseline_blocks``
     blocks, the first one from the blocks seen while the sum is not past ``h`` (testing
     starts once ``min_baseline_blocks`` of it are in, so short runs are watched too), each
-    later one kept only if no slowdown was
-    reported during it, the newest ``BASELINE_CHUNKS``. So the baseline gets more precise as
-    the run goes on (a slow wander averages out instead of staying frozen in the first half
-    hour) and a reported slowdown never joins it.
+    later one kept only if no slowdown was reported during it, the newest
+    ``BASELINE_CHUNKS``. So the baseline gets more precise as the run goes on (a slow wander
+    averages out instead of staying frozen in the first half hour) and a reported slowdown
+    never joins it.
 
     Each block adds ``log(block / baseline) - k``, capped at ``h / 2`` so that no single odd
     block (a checkpoint and a slow first step of an epoch closed into one) can alarm alone.
