@@ -155,6 +155,14 @@ MIN_READINGS = 3
 window with one or two readings is just those readings, and a GC cycle's rising half, seen
 at the monitor's 10-s tick through 2-s or 20-s windows, would pass for a leak rushing to the
 limit (with 2, 3 of 10 healthy GC-heavy runs got a critical finding in their first minutes)."""
+TF_SHARE_OF_LEAK = 0.25
+"""TensorFlow's allocator rising at this share of RSS's rate or more makes the leak one of
+tensors kept alive: a tensor costs RSS and allocator bytes alike, Python state only RSS."""
+TF_RISE_P = 0.1
+"""Significance asked of the allocator's own rise once it keeps pace with RSS (above): the
+RSS trend is already significant, and the allocator's probes may have started seconds after
+it (4 rising windows give p = 0.09; a p < 0.01 would ask for 6, which a leak seen in its
+first 16 s may not have)."""
 SLOWING = 0.8
 """A window's newer half rising slower than this share of its older half's rate is a
 rise that levels off (a warm-up), not noise around a steady one."""
@@ -496,7 +504,8 @@ class HostMemoryDetector(MemoryDriftDetector):
                 values = np.array([m for _, m in points])
                 slope, _ = theil_sen(times, values)
                 test = mann_kendall(values, lag1_correction=len(values) >= 16)
-                tf_rising = tf_rising or (slope > 0 and test.p < 0.01)
+                accounts = slope >= TF_SHARE_OF_LEAK * trend.slope
+                tf_rising = tf_rising or (accounts and test.p < TF_RISE_P)
         if tf_rising:
             return "tensors_kept_alive", (
                 "TensorFlow's own allocator grows with it: tensors are being kept alive, "
