@@ -38,6 +38,17 @@ BASELINE_Z = 3.0
 """Standard errors of the baseline added to the bar: a baseline drawn from a noisy or
 autocorrelated first half hour is uncertain by a few percent, and a bar that ignores this
 is crossed by healthy runs whose baseline happened to be low."""
+WANDER_Z = 4.5
+"""Standard deviations of the level's healthy variation the current level must also exceed.
+A run whose level wanders by 2 % (hours-long mean reversion) sits 8 % above its day-long
+baseline for an hour now and then. Over 360 days of the bench's ``healthy_wander`` (seeds
+the bench does not use, judged at every block) a bar at ``LEAST_REPORTED`` alone gave 0.16
+false findings a day, 4 of these deviations 0.064, 4.5 of them 0.044; what is left are
+excursions well beyond what the run had shown before, which no bar under the 10 % worth
+reporting can tell from a slowdown. More than 4.5 starts to miss +10 %-over-4-hours ramps
+and to delay the +10 % step at 20 Hz."""
+MIN_WANDER_CHUNKS = 4
+"""Chunks that must have joined the baseline before their dips estimate the wander."""
 RECENT_BLOCKS = 5
 """Blocks whose median is the recent ratio (ends a report; smooths the onset search)."""
 CLIMB_SMOOTHING = 2 * RECENT_BLOCKS - 1
@@ -99,6 +110,8 @@ class SlowdownDetector:
         self._chunk: list[float] = []  # log levels of the chunk being filled
         self._chunk_clean = True  # no slowdown reported during it
         self._chunks: deque[float] = deque(maxlen=BASELINE_CHUNKS)  # medians of kept chunks
+        # their squared log distance below the baseline as they joined it (0 if above)
+        self._dips: deque[float] = deque(maxlen=BASELINE_CHUNKS)
         self._min_baseline = min_baseline_blocks
         self._chunk_size = baseline_blocks
         self._threshold = threshold
@@ -163,16 +176,32 @@ class SlowdownDetector:
         if len(chunk) < self._chunk_size:
             return
         if self._chunk_clean:
-            self._chunks.append(float(np.median(chunk)))
+            median = float(np.median(chunk))
+            if self._chunks:
+                self._dips.append(min(0.0, median - math.log(self.baseline)) ** 2)
+            self._chunks.append(median)
             self.baseline = math.exp(float(np.median(self._chunks)))
         chunk.clear()
         self._chunk_clean = True
 
     def _bar(self) -> float:
-        """``LEAST_REPORTED`` plus ``BASELINE_Z`` standard errors of the baseline's median."""
+        """The ratio the current level must reach: ``LEAST_REPORTED`` plus ``BASELINE_Z``
+        standard errors of the baseline's median, and at least ``WANDER_Z`` standard
+        deviations of what a healthy level does: its wander (twice the mean squared dip of
+        the kept chunks below the baseline, the lower half of a symmetric spread; it holds
+        their measurement noise too) plus the current level's own error."""
+        noise = self._noise * math.sqrt(self._variance_factor)
         blocks = max(len(self._chunks), 1) * self._chunk_size
-        error = MEDIAN_EFFICIENCY * self._noise * math.sqrt(self._variance_factor / blocks)
-        return LEAST_REPORTED * math.exp(BASELINE_Z * error)
+        bar = math.log(LEAST_REPORTED) + BASELINE_Z * MEDIAN_EFFICIENCY * noise / math.sqrt(blocks)
+        if len(self._dips) < MIN_WANDER_CHUNKS:
+            return math.exp(bar)
+        wander = 2 * sum(self._dips) / len(self._dips)
+        n = self._level_count()
+        # A median's error, or a least-squares line's at its last point (Theil-Sen is
+        # nearly as efficient): sigma^2 / n * (1 + 3 (n - 1) / (n + 1)).
+        spread = MEDIAN_EFFICIENCY**2 if n < 10 else (4 * n - 2) / (n + 1)
+        level = noise**2 * spread / n
+        return math.exp(max(bar, WANDER_Z * math.sqrt(wander + level)))
 
     def _recent_ratio(self) -> float:
         """Median ratio of the newest ``RECENT_BLOCKS`` blocks."""
@@ -183,13 +212,17 @@ class SlowdownDetector:
         """The level now, from the blocks since the onset (``RECENT_BLOCKS`` to
         ``LEVEL_BLOCKS``): their median, or with ten or more, their Theil-Sen line's value at
         the newest block."""
-        count = min(max(self._since_onset, RECENT_BLOCKS), LEVEL_BLOCKS)
+        count = self._level_count()
         levels = np.array([x for _, x in itertools.islice(reversed(self._recent), count)])
         if len(levels) < 10:
             return math.exp(float(np.median(levels)))
         index = np.arange(len(levels), 0, -1, dtype=np.float64)  # newest first
         slope, intercept = theil_sen(index, levels)
         return math.exp(intercept + slope * len(levels))
+
+    def _level_count(self) -> int:
+        """Blocks that estimate the current level."""
+        return min(max(self._since_onset, RECENT_BLOCKS), LEVEL_BLOCKS, len(self._recent))
 
     def _climb(self, ratio: float) -> tuple[float, int]:
         """When the level last started to climb from a quarter of ``ratio`` (log units),
