@@ -36,22 +36,23 @@ BATCH_LINES = 4096
 """Lines parsed by one ``json.loads`` call: per-line calls cost more than the parsing."""
 
 
-def _parse(path: Path, lines: list[str], first: int) -> list[tuple[int, Any]]:
+def _parse(path: Path, lines: list[str], first: int) -> Iterable[tuple[int, Any]]:
     """``(line number, decoded JSON)`` of the non-blank ``lines``, numbered from ``first``.
 
-    One ``json.loads`` of them all as an array; should that fail, or the array not hold one
-    value per line (lines that are not JSON values on their own), they are decoded one by
-    one so that the error names the line.
+    One ``json.loads`` of them all as an array; should that fail (a blank or malformed
+    line), or the array not hold one value per line (lines that are not JSON values on their
+    own), they are decoded one by one, blank lines skipped, so that the error names the line.
     """
-    numbered = [(first + i, line) for i, line in enumerate(lines) if line.strip()]
     try:
-        values = json.loads("[" + ",".join(line for _, line in numbered) + "]")
+        values = json.loads("[" + ",".join(lines) + "]")
     except ValueError:
         values = None
-    if isinstance(values, list) and len(values) == len(numbered):
-        return [(number, value) for (number, _), value in zip(numbered, values, strict=True)]
+    if isinstance(values, list) and len(values) == len(lines):
+        return enumerate(values, first)
     decoded: list[tuple[int, Any]] = []
-    for number, line in numbered:
+    for number, line in enumerate(lines, first):
+        if not line.strip():
+            continue
         try:
             decoded.append((number, json.loads(line)))
         except ValueError as err:

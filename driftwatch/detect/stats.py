@@ -9,6 +9,7 @@ autocorrelation correction, MAD scales, CUSUM on log ratios, and streaming block
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -312,6 +313,7 @@ class RunningMedianBlocks:
         self._values.clear()
 
     def _close(self) -> tuple[float, float]:
-        median = float(np.median(self._values))
+        # statistics.median: the same value as numpy's, a tenth of its cost on a short list.
+        median = float(statistics.median(self._values))
         self._values.clear()
         return median, self._last_t

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import statistics
 from collections import deque
 
 import numpy as np
@@ -136,7 +137,7 @@ class SlowdownDetector:
         span, merged = t - self._last_block_t, len(self._sub_blocks)
         if span + span / (2 * merged) < MIN_BLOCK_SECONDS and merged < MAX_SUB_BLOCKS:
             return
-        level = float(np.median(self._sub_blocks))
+        level = statistics.median(self._sub_blocks)
         self._sub_blocks.clear()
         self._last_block_t = t
         if self._warmup_left > 0:
@@ -303,24 +304,29 @@ class PeriodicStallDetector:
         self._reference = math.nan
         self._steps = 0
         self._stalls: deque[tuple[int, float, float]] = deque(maxlen=window)  # step, t, extra
-        self._first_t = math.nan
-        self._total = 0.0
+        self._stalls_seen = 0
+        self._judged: tuple[int, Evaluation] = (0, Evaluation(0.0))  # (stalls seen, verdict)
 
     def observe(self, sample: Sample) -> None:
         value = sample.value
         if not math.isfinite(value) or value <= 0:
             return
         self._steps += 1
-        self._total += value
-        if math.isnan(self._first_t):
-            self._first_t = sample.t
         block = self._typical.add(value, sample.t)
         if block is not None:
             self._reference = block[0]
         if self._reference > 0 and value > self.factor * self._reference:
             self._stalls.append((self._steps, sample.t, value - self._reference))
+            self._stalls_seen += 1
 
     def evaluate(self, now: float) -> Evaluation:
+        """The verdict on the stalls seen, judged again only once another one came."""
+        count = self._stalls_seen
+        if self._judged[0] != count:
+            self._judged = (count, self._judge())
+        return self._judged[1]
+
+    def _judge(self) -> Evaluation:
         if len(self._stalls) < self.min_stalls:
             return Evaluation(0.0)
         stalls = np.array(self._stalls)  # columns: sample index, t, extra seconds
