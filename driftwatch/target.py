@@ -72,6 +72,17 @@ DELETED = " (deleted)"
 """What the kernel appends to the link of an open file that has been unlinked."""
 
 
+def _foreign_root(pid: int) -> str:
+    """``/proc/PID/root`` if ``pid`` lives in another mount namespace than this process,
+    else ``""`` (also when that cannot be read: its files then fail to open, one by one)."""
+    try:
+        theirs = os.stat(f"/proc/{pid}/ns/mnt").st_ino
+        ours = os.stat("/proc/self/ns/mnt").st_ino
+    except OSError:
+        return ""
+    return "" if theirs == ours else f"/proc/{pid}/root"
+
+
 @contextmanager
 def translate_psutil(pid: int, what: str) -> Iterator[None]:
     """Turn psutil's exceptions about ``pid`` into driftwatch's."""
@@ -108,6 +119,7 @@ class Target:
     def __init__(self, process: psutil.Process, info: TargetInfo) -> None:
         self.process = process
         self.info = info
+        self._root = _foreign_root(info.pid)
 
     @property
     def pid(self) -> int:
@@ -158,7 +170,9 @@ class Target:
             return self.process.environ()
 
     def open_paths(self) -> list[str]:
-        """Paths of the files the process has open (sockets, pipes and deleted files left out).
+        """Paths of the files the process has open (sockets, pipes and deleted files left out),
+        as this process can open them: under ``/proc/PID/root`` for a process in another
+        mount namespace (a container), whose own paths mean nothing here.
 
         Only reads the links in ``/proc/PID/fd``: psutil's ``open_files`` also reads every
         descriptor's ``fdinfo``, which cost more than the rest of a monitor's tick.
@@ -179,5 +193,5 @@ class Target:
             except PermissionError as err:
                 raise TargetAccessDenied(self.pid, "the open files (/proc/PID/fd)") from err
             if path.startswith("/") and not path.endswith(DELETED):
-                paths.append(path)
+                paths.append(self._root + path)
         return paths
