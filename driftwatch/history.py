@@ -67,7 +67,7 @@ CREATE TABLE IF NOT EXISTS runs (
     create_time REAL NOT NULL,  -- the process's start, unix seconds
     command TEXT NOT NULL,      -- JSON list, values of secret-looking flags redacted
     user TEXT NOT NULL,
-    meta TEXT NOT NULL,         -- JSON object: versions
+    meta TEXT NOT NULL,         -- JSON object: versions of driftwatch, Python, TF, Keras
     first_seen REAL NOT NULL,
     last_seen REAL NOT NULL,
     ended TEXT                  -- why monitoring last ended; NULL while watched or if killed
@@ -183,6 +183,7 @@ class _Batch:
     findings: list[_FindingState]
     changes: list[tuple[str, float, str | None]]  # kind, when, severity (None: cleared)
     ended: str | None
+    meta: dict[str, str]  # to merge into the run's metadata (versions, once known)
 
 
 _STOP = object()
@@ -288,6 +289,11 @@ class History:
             "UPDATE runs SET last_seen = max(last_seen, ?), ended = ? WHERE id = ?",
             (batch.t, batch.ended, run_id),
         )
+        if batch.meta:
+            conn.execute(
+                "UPDATE runs SET meta = json_patch(meta, ?) WHERE id = ?",
+                (json.dumps(batch.meta), run_id),
+            )
         conn.executemany(
             "INSERT OR REPLACE INTO buckets VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (
@@ -405,6 +411,7 @@ class RunRecorder:
         self._changed: dict[str, _FindingState] = {}  # since the last batch
         self._changes: list[tuple[str, float, str | None]] = []
         self._next_send = -math.inf
+        self._meta_sent = False
 
     def record(self, snapshot: Snapshot, store: Store) -> None:
         """Note the tick's findings; every ``FLUSH_SECONDS`` of run time, send a batch."""
@@ -438,8 +445,11 @@ class RunRecorder:
             return
         buckets: list[tuple[str, str, float, Bucket]] = []
         sent: dict[tuple[SeriesKey, float], int] = {}
+        meta: dict[str, str] = {}
         for key, series in store:
             name, labels = key
+            if name == "runtime_info" and not self._meta_sent:
+                meta = {label: value for label, value in labels if value}
             labels_json = _labels_json(labels)
             for tier in series.tiers:
                 rows = tier.closed_since(self._sent.get((key, tier.width), 0))
@@ -456,8 +466,10 @@ class RunRecorder:
             list(self._changed.values()),
             list(self._changes),
             ended,
+            meta,
         )
         if self._history.offer(batch, wait=ended is not None):
+            self._meta_sent = self._meta_sent or bool(meta)
             self._sent.update(sent)
             self._changed.clear()
             self._changes.clear()

@@ -24,6 +24,10 @@ MAX_LABEL_VALUE_CHARS = 128
 """Label values from outside input (the hook's metadata) are cut to this length."""
 
 
+RUNTIME_LABELS = ("keras", "python", "tensorflow")
+"""The versions ``runtime_info`` carries, as label names (sorted, like every ``Labels``)."""
+
+
 class Kind(enum.Enum):
     GAUGE = "gauge"
     COUNTER = "counter"
@@ -132,6 +136,12 @@ SERIES: dict[str, SeriesSpec] = {
         export=Export.RECENT_MEDIAN,
     ),
     # the in-process hook
+    "runtime_info": SeriesSpec(
+        "driftwatch_runtime_info",
+        "Versions the target runs, from its hook: Python, TensorFlow and Keras (empty: not "
+        "imported); always 1.",
+        label_names=RUNTIME_LABELS,
+    ),
     "step_gap_seconds": SeriesSpec(
         "driftwatch_step_gap_seconds",
         "Median seconds per step spent outside the train step (callbacks, input, host work).",

@@ -68,6 +68,21 @@ def default_run_name(argv: list[str], process_name: str) -> str:
     return process_name
 
 
+DELETED = " (deleted)"
+"""What the kernel appends to the link of an open file that has been unlinked."""
+
+
+def _foreign_root(pid: int) -> str:
+    """``/proc/PID/root`` if ``pid`` lives in another mount namespace than this process,
+    else ``""`` (also when that cannot be read: its files then fail to open, one by one)."""
+    try:
+        theirs = os.stat(f"/proc/{pid}/ns/mnt").st_ino
+        ours = os.stat("/proc/self/ns/mnt").st_ino
+    except OSError:
+        return ""
+    return "" if theirs == ours else f"/proc/{pid}/root"
+
+
 @contextmanager
 def translate_psutil(pid: int, what: str) -> Iterator[None]:
     """Turn psutil's exceptions about ``pid`` into driftwatch's."""
@@ -104,6 +119,7 @@ class Target:
     def __init__(self, process: psutil.Process, info: TargetInfo) -> None:
         self.process = process
         self.info = info
+        self._root = _foreign_root(info.pid)
 
     @property
     def pid(self) -> int:
@@ -133,10 +149,10 @@ class Target:
         # process without privileges, where failing now with the hint beats empty graphs.
         with translate_psutil(pid, "the I/O counters (/proc/PID/io)"):
             process.io_counters()
-        with translate_psutil(pid, "the open files (/proc/PID/fd)"):
-            process.open_files()
         info = TargetInfo(pid, create_time, name, tuple(redact_command(argv)), username, uid)
-        return cls(process, info)
+        target = cls(process, info)
+        target.open_paths()
+        return target
 
     def check_alive(self) -> None:
         """Raise ``TargetGone`` if the process exited, became a zombie, or its PID was reused."""
@@ -154,6 +170,28 @@ class Target:
             return self.process.environ()
 
     def open_paths(self) -> list[str]:
-        """Paths of the regular files the process has open."""
-        with translate_psutil(self.pid, "the open files (/proc/PID/fd)"):
-            return [f.path for f in self.process.open_files()]
+        """Paths of the files the process has open (sockets, pipes and deleted files left out),
+        as this process can open them: under ``/proc/PID/root`` for a process in another
+        mount namespace (a container), whose own paths mean nothing here.
+
+        Only reads the links in ``/proc/PID/fd``: psutil's ``open_files`` also reads every
+        descriptor's ``fdinfo``, which cost more than the rest of a monitor's tick.
+        """
+        fd_dir = f"/proc/{self.pid}/fd"
+        try:
+            fds = os.listdir(fd_dir)
+        except FileNotFoundError as err:
+            raise TargetGone(self.pid, f"process {self.pid} has exited") from err
+        except PermissionError as err:
+            raise TargetAccessDenied(self.pid, "the open files (/proc/PID/fd)") from err
+        paths = []
+        for fd in fds:
+            try:
+                path = os.readlink(f"{fd_dir}/{fd}")
+            except FileNotFoundError:
+                continue  # closed since the listing
+            except PermissionError as err:
+                raise TargetAccessDenied(self.pid, "the open files (/proc/PID/fd)") from err
+            if path.startswith("/") and not path.endswith(DELETED):
+                paths.append(self._root + path)
+        return paths

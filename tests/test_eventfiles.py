@@ -26,7 +26,8 @@ from driftwatch.errors import SourceUnavailable, TargetAccessDenied, TargetGone
 from driftwatch.series import SERIES, Sample
 from driftwatch.sources import eventfiles
 from driftwatch.sources.eventfiles import EventFileSource, describe
-from tests.conftest import REPO, TF_ENV
+from driftwatch.target import Target
+from tests.conftest import REPO, TF_ENV, in_pid_namespace, needs_pid_namespaces
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -260,6 +261,51 @@ def test_new_file_seen_through_open_paths_at_once(tmp_path: Path) -> None:
     open_now.append(str(second.path))
     values = latest(source.sample(1.0))
     assert values["event_files"] == 2
+    assert values["train_step"] == 7
+
+
+def test_a_file_found_under_two_names_is_read_once(tmp_path: Path) -> None:
+    """The logdir through a symlink, the open file by its real path: one file."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    log = Log(tmp_path / "real")
+    size = log.scalar(7, 1.0, loss=1.0)
+    log.flush()
+    source = EventFileSource([tmp_path / "link"], open_paths=lambda: [str(log.path)])
+    values = latest(source.sample(0.0))
+    assert values["event_files"] == 1
+    assert values["event_file_bytes"] == log.path.stat().st_size
+    assert size < values["event_file_bytes"]  # the file version record comes first
+    log.close()
+
+
+CONTAINED_WRITER = """
+import subprocess, sys, time
+from pathlib import Path
+subprocess.run(["mount", "-t", "tmpfs", "none", sys.argv[1]], check=True)
+from tests.test_eventfiles import Log
+log = Log(Path(sys.argv[1]))
+log.scalar(7, 1.0, loss=1.0)
+log.flush()
+print(log.path.stat().st_size, flush=True)
+time.sleep(300)
+"""
+
+
+@needs_pid_namespaces
+def test_event_files_of_a_process_in_another_mount_namespace(tmp_path: Path) -> None:
+    """A containerised job's logdir is a mount the host does not see at that path: its
+    files are read through /proc/PID/root."""
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    with in_pid_namespace(CONTAINED_WRITER, str(logdir)) as (contained, pid):
+        assert contained.stdout is not None
+        size = float(contained.stdout.readline())
+        assert not list(logdir.iterdir())  # not here: on the job's own tmpfs
+        target = Target.attach(pid)
+        values = latest(EventFileSource([], target.open_paths).sample(0.0))
+    assert values["event_files"] == 1
+    assert values["event_file_bytes"] == size
     assert values["train_step"] == 7
 
 

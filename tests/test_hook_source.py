@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from driftwatch import __version__
 from driftwatch.channel import ChannelWriter, ensure_private_dir
-from driftwatch.hook.protocol import SERIES_META, Kind
+from driftwatch.history import History, HistoryReader
+from driftwatch.hook.protocol import RUNTIME_META, SERIES_META, Kind
 from driftwatch.monitor import Monitor
 from driftwatch.pidns import ProcessId
 from driftwatch.series import MAX_LABEL_SETS, MAX_LABEL_VALUE_CHARS
@@ -26,10 +28,13 @@ def writer(tmp_path: Path) -> ChannelWriter:
     return ChannelWriter.create(ensure_private_dir(tmp_path / "dw"), PROCESS, CREATE_TIME)
 
 
-def monitor_of(writer: ChannelWriter) -> Monitor:
-    info = TargetInfo(PID, CREATE_TIME, "python", ("python",), "ml", os.geteuid())
+INFO = TargetInfo(PID, CREATE_TIME, "python", ("python",), "ml", os.geteuid())
+
+
+def monitor_of(writer: ChannelWriter, history: History | None = None) -> Monitor:
+    recorder = history.recorder("train", INFO) if history is not None else None
     source = HookSource(writer.path)
-    return Monitor("train", info, [source], clock=lambda: CREATE_TIME + 10)
+    return Monitor("train", INFO, [source], clock=lambda: CREATE_TIME + 10, recorder=recorder)
 
 
 def exported(monitor: Monitor, metric: str) -> dict[tuple[tuple[str, str], ...], float]:
@@ -60,6 +65,32 @@ def test_series_the_table_does_not_know_or_with_wrong_labels_are_ignored(
         (("device", "CPU:0"), ("run", "train")): 1e6,
         (("device", long[:MAX_LABEL_VALUE_CHARS]), ("run", "train")): 1e6 + 5,
     }
+
+
+def test_the_jobs_versions_are_exported_once_and_kept_as_run_metadata(
+    writer: ChannelWriter, tmp_path: Path
+) -> None:
+    versions = {"python": "3.11.7", "tensorflow": "2.21.0", "cuda": "12.4", "keras": ["x"] * 99}
+    writer.set_meta({RUNTIME_META: versions, SERIES_META: []})
+    history = History(tmp_path / "history.db")
+    monitor = monitor_of(writer, history)
+    keras = str(["x"] * 99)[:MAX_LABEL_VALUE_CHARS]
+    labels = (("keras", keras), ("python", "3.11.7"), ("run", "train"), ("tensorflow", "2.21.0"))
+    assert exported(monitor, "driftwatch_runtime_info") == {labels: 1.0}
+    assert exported(monitor, "driftwatch_runtime_info") == {labels: 1.0}  # sent once, kept
+    stored = monitor.store.get(("runtime_info", labels[:2] + labels[3:]))
+    assert stored is not None
+    assert len(stored.raw) == 1
+    monitor.close()
+    history.close()
+    reader = HistoryReader(tmp_path / "history.db")
+    assert reader.run(None).meta == {
+        "driftwatch": __version__,
+        "python": "3.11.7",
+        "tensorflow": "2.21.0",
+        "keras": keras,
+    }
+    reader.close()
 
 
 def test_label_sets_per_series_are_capped_with_one_warning(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 import re
 import signal
 import subprocess
@@ -14,6 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from driftwatch.channel import list_channels
+from driftwatch.history import HistoryReader
 from tests.conftest import EXAMPLES, TF_ENV, promtool_check_metrics, run_cli, wait_for
 
 RETRACING_LINE = (
@@ -176,8 +178,11 @@ def test_run_injects_the_hook_into_an_unmodified_keras_script(
     tmp_path: Path, promtool: str
 ) -> None:
     runtime = tmp_path / "runtime"
+    db = tmp_path / "history.db"
     process = start_run(
         "--cpu-allocator-stats",
+        "--db",
+        str(db),
         "--",
         sys.executable,
         str(EXAMPLES / "train_keras.py"),
@@ -204,6 +209,10 @@ def test_run_injects_the_hook_into_an_unmodified_keras_script(
         # Keras traced its train function before the hook's first reading: no retracing.
         assert metrics["driftwatch_tf_function_traces_total[]"] == 0
         assert metrics["driftwatch_train_step[]"] > 0
+        (versions,) = [k for k in metrics if k.startswith("driftwatch_runtime_info[")]
+        python = ("python", platform.python_version())
+        assert str(python) in versions, versions
+        assert "('tensorflow', '2." in versions, versions
         with urllib.request.urlopen(url, timeout=10) as response:
             checked = promtool_check_metrics(promtool, response.read().decode())
         assert checked.returncode == 0, checked.stdout + checked.stderr
@@ -219,3 +228,8 @@ def test_run_injects_the_hook_into_an_unmodified_keras_script(
     assert re.search(r"outside the step: [\d.]+ .s/step", out)
     assert re.search(r"TF memory CPU:0: [\d.]+ [KM]iB \(peak", out)
     assert list_channels(runtime) == []  # run removed its job's channel
+    history = HistoryReader(db)
+    run = history.run(None)
+    history.close()
+    assert run.meta["python"] == platform.python_version()
+    assert {"driftwatch", "tensorflow", "keras"} <= run.meta.keys(), run.meta

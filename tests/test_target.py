@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -177,3 +179,30 @@ def test_redact_command_hides_secret_flag_values(argv: list[str], expected: list
 )
 def test_default_run_name(argv: list[str], name: str) -> None:
     assert default_run_name(argv, "trainer-bin") == name
+
+
+def test_open_paths_are_the_files_a_process_has_open(tmp_path: Path) -> None:
+    kept, unlinked = tmp_path / "events.out.tfevents.1", tmp_path / "unlinked"
+    code = (
+        "import os, socket, sys, time\n"
+        "kept, unlinked = open(sys.argv[1], 'w'), open(sys.argv[2], 'w')\n"
+        "os.unlink(sys.argv[2])\n"
+        "sock, pipe = socket.socket(), os.pipe()\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(300)\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, str(kept), str(unlinked)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == "ready\n"
+        target = Target.attach(child.pid)
+        paths = target.open_paths()
+        assert os.path.realpath(kept) in paths
+        assert all(p.startswith("/") and "unlinked" not in p for p in paths), paths
+    finally:
+        child.kill()
+        child.wait()
+    with pytest.raises(TargetGone):
+        target.open_paths()

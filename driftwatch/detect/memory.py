@@ -159,10 +159,12 @@ TF_SHARE_OF_LEAK = 0.25
 """TensorFlow's allocator rising at this share of RSS's rate or more makes the leak one of
 tensors kept alive: a tensor costs RSS and allocator bytes alike, Python state only RSS."""
 TF_RISE_P = 0.1
-"""Significance asked of the allocator's own rise once it keeps pace with RSS (above): the
-RSS trend is already significant, and the allocator's probes may have started seconds after
-it (4 rising windows give p = 0.09; a p < 0.01 would ask for 6, which a leak seen in its
-first 16 s may not have)."""
+"""Significance asked of the allocator's rise once it keeps pace with RSS (above), from a
+plain Mann-Kendall test: the RSS trend is already established, and the question is only
+whether the allocator follows it. Its probes may start seconds after RSS rises (4 rising
+windows give p = 0.09; p < 0.01 would ask for 6), and a rise whose rate changes (steps
+getting faster) leaves autocorrelated residuals around one line, which the lag-1 correction
+would read as noise: 16 strictly rising windows got p = 0.16 with it."""
 SLOWING = 0.8
 """A window's newer half rising slower than this share of its older half's rate is a
 rise that levels off (a warm-up), not noise around a steady one."""
@@ -492,10 +494,12 @@ class HostMemoryDetector(MemoryDriftDetector):
         warnings = self._traces["retracing_warnings_total"]
         return bool(warnings) and warnings[-1][1] > 0
 
-    def leak_class(self, trend: Trend) -> tuple[str, str]:
-        """(class, advice) from TF allocator memory and tracing over ``trend``'s window."""
+    def leak_class(self, trend: Trend) -> tuple[str, str, float]:
+        """(class, advice, TF allocator slope in bytes/s or NaN) from TF allocator memory
+        and tracing over ``trend``'s window."""
         tf_rising = False
         tf_known = False
+        tf_slope = math.nan  # the steepest device's
         for scales in self._tf.values():
             points = _covering(scales.values(), trend.since)
             if len(points) >= 4:  # at most ``points`` means: cheap
@@ -503,39 +507,58 @@ class HostMemoryDetector(MemoryDriftDetector):
                 times = np.array([t for t, _ in points])
                 values = np.array([m for _, m in points])
                 slope, _ = theil_sen(times, values)
-                test = mann_kendall(values, lag1_correction=len(values) >= 16)
-                accounts = slope >= TF_SHARE_OF_LEAK * trend.slope
-                tf_rising = tf_rising or (accounts and test.p < TF_RISE_P)
+                tf_slope = max(slope, tf_slope) if math.isfinite(tf_slope) else slope
+                keeps_pace = slope >= TF_SHARE_OF_LEAK * trend.slope
+                tf_rising = tf_rising or (keeps_pace and mann_kendall(values).p < TF_RISE_P)
         if tf_rising:
-            return "tensors_kept_alive", (
-                "TensorFlow's own allocator grows with it: tensors are being kept alive, "
-                "e.g. outputs or losses appended to a Python list, or a tf.Variable/metric "
-                "that accumulates, or whole models kept alive (models built in a loop: "
-                "keras.backend.clear_session() between them). Keep Python floats "
-                "(loss.numpy()) instead of tensors."
+            return (
+                "tensors_kept_alive",
+                (
+                    "TensorFlow's own allocator grows with it: tensors are being kept alive, "
+                    "e.g. outputs or losses appended to a Python list, or a tf.Variable/metric "
+                    "that accumulates, or whole models kept alive (models built in a loop: "
+                    "keras.backend.clear_session() between them). Keep Python floats "
+                    "(loss.numpy()) instead of tensors."
+                ),
+                tf_slope,
             )
         if self._retraced(trend.since):
-            return "retracing", (
-                "TensorFlow allocator memory is flat while the train function keeps being "
-                "retraced: each trace keeps a new graph alive. Pass tensors, not Python "
-                "numbers, to tf.function (tf.constant(lr)), or give it an input_signature; "
-                "use reduce_retracing=True for varying shapes."
+            return (
+                "retracing",
+                (
+                    "TensorFlow allocator memory is flat while the train function keeps being "
+                    "retraced: each trace keeps a new graph alive. Pass tensors, not Python "
+                    "numbers, to tf.function (tf.constant(lr)), or give it an input_signature; "
+                    "use reduce_retracing=True for varying shapes."
+                ),
+                tf_slope,
             )
         if tf_known:
-            return "framework_state", (
-                "TensorFlow allocator memory and tracing are flat: Python or framework "
-                "state grows, e.g. models or layers built in a loop without "
-                "keras.backend.clear_session(), histories or caches that keep growing, or "
-                "allocator fragmentation (try TCMALLOC or jemalloc)."
+            return (
+                "framework_state",
+                (
+                    "TensorFlow allocator memory and tracing are flat: Python or framework "
+                    "state grows, e.g. models or layers built in a loop without "
+                    "keras.backend.clear_session(), histories or caches that keep growing, or "
+                    "allocator fragmentation (try TCMALLOC or jemalloc)."
+                ),
+                tf_slope,
             )
-        return "unknown", (
-            "Without the in-process hook driftwatch cannot tell tensors from Python state: "
-            "run the job under driftwatch run, or compare two tracemalloc snapshots."
+        return (
+            "unknown",
+            (
+                "Without the in-process hook driftwatch cannot tell tensors from Python state: "
+                "run the job under driftwatch run, or compare two tracemalloc snapshots."
+            ),
+            tf_slope,
         )
 
     def explain(self, trend: Trend) -> tuple[str, dict[str, float | str]]:
-        leak_class, advice = self.leak_class(trend)
-        return advice, {"leak_class": leak_class}
+        leak_class, advice, tf_slope = self.leak_class(trend)
+        evidence: dict[str, float | str] = {"leak_class": leak_class}
+        if math.isfinite(tf_slope):
+            evidence["tf_allocator_slope_bytes_per_hour"] = tf_slope * 3600
+        return advice, evidence
 
 
 def memory_detectors() -> list[Detector]:

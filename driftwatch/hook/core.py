@@ -11,6 +11,7 @@ import functools
 import logging
 import math
 import os
+import platform
 import sys
 import time
 from collections.abc import Callable
@@ -20,7 +21,7 @@ from typing import Any
 from driftwatch.channel import ChannelWriter, NullWriter, open_writer
 from driftwatch.hook.autolog import RUN_ENV
 from driftwatch.hook.probes import Reading, TensorflowProbes
-from driftwatch.hook.protocol import SERIES_META, Kind
+from driftwatch.hook.protocol import RUNTIME_META, SERIES_META, Kind
 from driftwatch.series import Labels
 from driftwatch.target import default_run_name
 
@@ -34,6 +35,17 @@ def _process_writer(pid: int, channel_dir: str | None) -> ChannelWriter | NullWr
     import psutil
 
     return open_writer(pid, psutil.Process(pid).create_time(), channel_dir)
+
+
+def runtime_versions() -> dict[str, str]:
+    """Python's version, and TensorFlow's and Keras's if the job has imported them (the
+    hook never imports them itself: a custom loop may not use Keras)."""
+    versions = {"python": platform.python_version()}
+    for name in ("tensorflow", "keras"):
+        version = getattr(sys.modules.get(name), "__version__", None)
+        if isinstance(version, str):
+            versions[name] = version
+    return versions
 
 
 class Hook:
@@ -67,7 +79,12 @@ class Hook:
         self.nonfinite = 0
         self._probes: TensorflowProbes | None = TensorflowProbes()
         self._series: dict[tuple[str, Labels], int] = {}
-        self._meta: dict[str, object] = {"run": self.run, "pid": os.getpid(), SERIES_META: []}
+        self._meta: dict[str, object] = {
+            "run": self.run,
+            "pid": os.getpid(),
+            RUNTIME_META: runtime_versions(),
+            SERIES_META: [],
+        }
         # Wall time is derived from the monotonic clock: one clock read per event.
         self._perf0 = time.perf_counter()
         self._wall0 = time.time()

@@ -26,3 +26,6 @@ class Kind(enum.IntEnum):
 
 SERIES_META = "series"
 """Meta key: the list of ``[series, labels]`` that ``VALUE`` records index."""
+RUNTIME_META = "runtime"
+"""Meta key: ``{"python": ..., "tensorflow": ..., "keras": ...}``, the versions the job runs
+(TensorFlow and Keras when it has imported them)."""

@@ -267,7 +267,8 @@ class EventFileSource:
         self._next_walk = -math.inf  # the `now` from which logdirs are walked again
         self._access_denied_logged = False
         self._missing_logdirs: set[Path] = set()
-        self._tails: dict[str, _Tail] = {}  # by real path
+        self._tails: dict[str, _Tail] = {}  # by the path it is read through
+        self._identities: dict[str, tuple[int, int]] = {}  # (device, inode) of each tail
         self._any_file = False
         self._progress = StepProgress()
 
@@ -290,6 +291,9 @@ class EventFileSource:
         return samples
 
     def _discover(self, tb: _Tensorboard, now: float) -> None:
+        """Tail each event file the target has open, or that is under a logdir, once: a file
+        found under two names (a logdir on the host, the path a container opened it by) is
+        the same (device, inode)."""
         found = [p for p in self._list_open_paths() if _is_event_file(p)]
         if now >= self._next_walk:
             self._next_walk = now + self._rescan_seconds
@@ -297,9 +301,18 @@ class EventFileSource:
                 self._check_logdir(logdir)
                 for root, _dirs, files in os.walk(logdir):
                     found += [os.path.join(root, f) for f in files if _is_event_file(f)]
-        for path in map(os.path.realpath, found):
-            if path not in self._tails:
+        for path in found:
+            if path in self._tails:
+                continue
+            try:
+                status = os.stat(path)
+            except OSError as err:
+                log.debug("cannot stat %s: %s", path, err)
+                continue
+            identity = (status.st_dev, status.st_ino)
+            if identity not in self._identities.values():
                 self._tails[path] = _Tail(tb, path)
+                self._identities[path] = identity
                 self._any_file = True
 
     def _check_logdir(self, logdir: Path) -> None:
@@ -328,7 +341,7 @@ class EventFileSource:
             try:
                 sizes.append(os.stat(path).st_size)
             except FileNotFoundError:
-                del self._tails[path]
+                del self._tails[path], self._identities[path]
             except OSError as err:
                 log.debug("cannot stat %s: %s", path, err)
         return sizes
@@ -348,6 +361,7 @@ class EventFileSource:
     def close(self) -> None:
         """Drop the loaders; they hold no open descriptors between reads."""
         self._tails.clear()
+        self._identities.clear()
 
 
 class _Replayed(NamedTuple):

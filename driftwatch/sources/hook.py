@@ -11,8 +11,15 @@ import os
 from pathlib import Path
 
 from driftwatch.channel import ChannelError, ChannelReader
-from driftwatch.hook.protocol import SERIES_META, Kind
-from driftwatch.series import MAX_LABEL_SETS, SERIES, Labels, Sample, checked_labels
+from driftwatch.hook.protocol import RUNTIME_META, SERIES_META, Kind
+from driftwatch.series import (
+    MAX_LABEL_SETS,
+    RUNTIME_LABELS,
+    SERIES,
+    Labels,
+    Sample,
+    checked_labels,
+)
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +40,13 @@ def _series_table(table: object) -> list[tuple[str, Labels | None]]:
     return checked
 
 
+def _runtime_labels(versions: object) -> Labels | None:
+    """The hook's ``{"python": ..., ...}`` as ``runtime_info`` labels; None if it sent none."""
+    if not isinstance(versions, dict):
+        return None
+    return checked_labels("runtime_info", {name: versions.get(name, "") for name in RUNTIME_LABELS})
+
+
 class HookSource:
     """Reads the hook's channel of one process, the file ``path`` once it exists.
 
@@ -48,6 +62,8 @@ class HookSource:
         self._reader: ChannelReader | None = None
         self._series: list[tuple[str, Labels | None]] = []
         self._table_read = False  # whether this tick has re-read the series table
+        self._runtime: Labels | None = None  # the job's versions, sent once per connection
+        self._runtime_sent = False
 
     @property
     def connected(self) -> bool:
@@ -78,6 +94,9 @@ class HookSource:
             samples.append(Sample("train_step", float(last_step.key), now))
             samples.append(Sample("step_timestamp", last_step.t, now))
         samples.append(Sample("hook_records_lost_total", float(reader.lost_total), now))
+        if self._runtime is not None and not self._runtime_sent:
+            samples.append(Sample("runtime_info", 1.0, now, self._runtime))
+            self._runtime_sent = True
         return samples
 
     def _connect(self) -> ChannelReader | None:
@@ -91,13 +110,22 @@ class HookSource:
                 log.warning("cannot read the hook's channel: %s", err)
             return None
         log.info("reading the hook's channel %s", self._path)
+        self._runtime_sent = False
+        self._load_meta(self._reader)
         return self._reader
+
+    def _load_meta(self, reader: ChannelReader) -> None:
+        """Read the writer's series table and, until known, the job's versions."""
+        meta = reader.meta()
+        self._series = _series_table(meta.get(SERIES_META))
+        if self._runtime is None:
+            self._runtime = _runtime_labels(meta.get(RUNTIME_META))
 
     def _series_at(self, reader: ChannelReader, key: int) -> tuple[str, Labels] | None:
         """The series and labels of a ``VALUE`` record's key; None for one the table lacks."""
         if key >= len(self._series) and not self._table_read:  # added since: refresh, once
             self._table_read = True
-            self._series = _series_table(reader.meta().get(SERIES_META))
+            self._load_meta(reader)
         series = self._series[key] if key < len(self._series) else None
         return None if series is None or series[1] is None else (series[0], series[1])
 

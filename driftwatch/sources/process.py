@@ -59,9 +59,9 @@ class ProcessSource:
 
     def sample(self, now: float) -> list[Sample]:
         target = self._target
-        target.check_alive()
         process = target.process
         with translate_psutil(target.pid, "the process statistics"), process.oneshot():
+            target.check_alive()  # its status comes from the stat file the oneshot reads
             rss = process.memory_info().rss
             cpu = process.cpu_times()
             threads = process.num_threads()
