@@ -42,12 +42,12 @@ is crossed by healthy runs whose baseline happened to be low."""
 WANDER_Z = 4.5
 """Standard deviations of the level's healthy variation the current level must also exceed.
 A run whose level wanders by 2 % (hours-long mean reversion) sits 8 % above its day-long
-baseline for an hour now and then. Over 360 days of the bench's ``healthy_wander`` (seeds
-the bench does not use, judged at every block) a bar at ``LEAST_REPORTED`` alone gave 0.16
-false findings a day, 4 of these deviations 0.064, 4.5 of them 0.044; what is left are
-excursions well beyond what the run had shown before, which no bar under the 10 % worth
-reporting can tell from a slowdown. More than 4.5 starts to miss +10 %-over-4-hours ramps
-and to delay the +10 % step at 20 Hz."""
+baseline for an hour now and then. Over 540 days of the bench's ``healthy_wander`` on
+other seeds (judged at every block) a bar at ``LEAST_REPORTED`` alone gave 0.14 false
+findings a day, this one 0.033 (4 deviations: about 0.06); what is left are excursions well
+beyond what the run had shown before, which no bar under the 10 % worth reporting can tell
+from a slowdown. More than 4.5 starts to miss +10 %-over-4-hours ramps and to delay the
++10 % step at 20 Hz."""
 MIN_WANDER_CHUNKS = 4
 """Chunks that must have joined the baseline before their dips estimate the wander."""
 RECENT_BLOCKS = 5
@@ -86,9 +86,13 @@ class SlowdownDetector:
     larger; ``h`` grows with that noise too. The last time the sum was zero estimates the
     onset. A slowdown is reported while the sum is past ``h`` and the current level (the
     Theil-Sen line through the blocks since the onset, at the newest one: a ramp's median
-    lags) is ``LEAST_REPORTED`` times the baseline plus its uncertainty. It is gradual when
-    the level took longer than ``RECENT_BLOCKS`` blocks to climb from a quarter to three
-    quarters of the current ratio, abrupt when it jumped.
+    lags) passes the bar (:meth:`_bar`): ``LEAST_REPORTED`` times the baseline plus its
+    uncertainty, and ``WANDER_Z`` standard deviations of the level's healthy variation. That
+    variation is estimated from how far chunk medians fell below the baseline as they joined
+    it (a slowdown only makes chunks slower, so a ramp that partly joins the baseline does
+    not inflate it), plus the current level's own error. It is gradual when the level took
+    longer than ``RECENT_BLOCKS`` blocks to climb from a quarter to three quarters of the
+    current ratio, abrupt when it jumped.
     """
 
     name = "slowdown"
