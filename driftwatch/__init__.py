@@ -6,6 +6,7 @@ watches ``model.fit``. Neither import pulls in TensorFlow until it is used.
 
 __version__ = "0.1.0"
 
+from driftwatch.export.http import TlsConfig
 from driftwatch.hook import Hook
 
-__all__ = ["Hook", "__version__"]
+__all__ = ["Hook", "TlsConfig", "__version__"]

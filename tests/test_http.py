@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import logging
 import re
 import socket
 import ssl
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from driftwatch import Hook
 from driftwatch.errors import ListenError, UsageError
 from driftwatch.export.http import (
     DEFAULT_HOST,
@@ -201,6 +203,27 @@ def test_a_silent_client_does_not_hold_up_https_scrapes(pki: Pki) -> None:
             assert "driftwatch_build_info" in scrape(running.url, pki.client_context())
     finally:
         running.close()
+
+
+def test_the_hooks_own_server_speaks_https_and_a_bad_certificate_only_warns(
+    pki: Pki, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    key = pki.server.with_suffix(".key")
+    hook = Hook(channel_dir=str(tmp_path), listen="127.0.0.1:0", tls=TlsConfig(pki.server, key))
+    try:
+        server = hook._server
+        assert server is not None
+        assert server.url.startswith("https://127.0.0.1:")
+        assert 'driftwatch_source_up{run="' in scrape(server.url, pki.client_context())
+    finally:
+        hook.close()
+    with caplog.at_level(logging.WARNING):
+        broken = Hook(channel_dir=str(tmp_path), listen="127.0.0.1:0", tls=TlsConfig(key, key))
+    assert broken._server is None
+    assert "not serving /metrics from this process: --tls-cert" in caplog.text
+    with broken.step():  # training goes on
+        pass
+    broken.close()
 
 
 def test_unusable_tls_files_are_usage_errors(pki: Pki, tmp_path: Path) -> None:

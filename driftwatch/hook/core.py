@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from driftwatch.channel import ChannelWriter, NullWriter, open_writer
 from driftwatch.hook.autolog import RUN_ENV
@@ -24,6 +24,9 @@ from driftwatch.hook.probes import Reading, TensorflowProbes
 from driftwatch.hook.protocol import RUNTIME_META, SERIES_META, Kind
 from driftwatch.series import Labels
 from driftwatch.target import default_run_name
+
+if TYPE_CHECKING:
+    from driftwatch.export.http import TlsConfig
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +56,8 @@ class Hook:
 
     Works alone or with a daemon: records go to a per-process channel file that
     ``driftwatch attach``/``run``/``daemon`` read; with ``listen="127.0.0.1:PORT"`` the
-    process also serves its own ``/metrics``. The run name is ``run``, else
-    ``$DRIFTWATCH_RUN``, else the script's name; monitors label the run with it.
+    process also serves its own ``/metrics`` (over HTTPS with ``tls``). The run name is
+    ``run``, else ``$DRIFTWATCH_RUN``, else the script's name; monitors label the run with it.
     """
 
     def __init__(
@@ -64,6 +67,7 @@ class Hook:
         probe_every_steps: int = 100,
         probe_every_seconds: float = 10.0,
         listen: str | None = None,
+        tls: TlsConfig | None = None,
         channel_dir: str | None = None,
     ) -> None:
         if probe_every_steps < 1 or not probe_every_seconds > 0:
@@ -99,7 +103,7 @@ class Hook:
         if listen is not None:
             from driftwatch.hook.serve import serve_in_process
 
-            self._server = serve_in_process(self._writer, self.run, listen)
+            self._server = serve_in_process(self._writer, self.run, listen, tls)
 
     # -- the per-step path -------------------------------------------------------------
 

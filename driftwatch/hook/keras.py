@@ -16,6 +16,7 @@ from typing import Any
 
 import keras
 
+from driftwatch.export.http import TlsConfig
 from driftwatch.hook.core import shared_hook
 
 
@@ -39,6 +40,7 @@ class DriftwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]
         probe_every_seconds: float = 10.0,
         check_weights_every: int = 0,
         listen: str | None = None,
+        tls: TlsConfig | None = None,
         channel_dir: str | None = None,
     ) -> None:
         super().__init__()
@@ -47,6 +49,7 @@ class DriftwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]
             probe_every_steps=probe_every_steps,
             probe_every_seconds=probe_every_seconds,
             listen=listen,
+            tls=tls,
             channel_dir=channel_dir,
         )
         self.check_weights_every = check_weights_every

@@ -13,7 +13,7 @@ import threading
 from driftwatch.channel import ChannelWriter, NullWriter
 from driftwatch.detect.catalog import default_engine
 from driftwatch.errors import DriftwatchError
-from driftwatch.export.http import MetricsServer, parse_listen
+from driftwatch.export.http import MetricsServer, TlsConfig, parse_listen
 from driftwatch.export.prometheus import metrics_app
 from driftwatch.monitor import Monitor, watch
 from driftwatch.sources import Source
@@ -49,9 +49,10 @@ class InProcessServer:
 
 
 def serve_in_process(
-    writer: ChannelWriter | NullWriter, run: str, listen: str
+    writer: ChannelWriter | NullWriter, run: str, listen: str, tls: TlsConfig | None = None
 ) -> InProcessServer | None:
-    """Start sampling this process and serving ``/metrics`` on ``listen``; None on failure."""
+    """Start sampling this process and serving ``/metrics`` on ``listen`` (HTTPS with
+    ``tls``); None on failure."""
     try:
         host, port = parse_listen(listen)
         target = Target.attach(os.getpid())
@@ -59,7 +60,8 @@ def serve_in_process(
         if isinstance(writer, ChannelWriter):
             sources.append(HookSource(writer.path))
         monitor = Monitor(run, target.info, sources, default_engine())
-        server = MetricsServer(metrics_app(lambda: [monitor.snapshot]), host, port, run)
+        context = None if tls is None else tls.context()
+        server = MetricsServer(metrics_app(lambda: [monitor.snapshot]), host, port, run, context)
     except DriftwatchError as err:
         log.warning("driftwatch: not serving /metrics from this process: %s", err)
         return None
