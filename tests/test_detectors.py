@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from driftwatch.detect import Detector, Evaluation
+from driftwatch.detect.basic import StallDetector
 from driftwatch.detect.catalog import default_detectors
 from driftwatch.detect.growth import PerStepGrowthDetector, UnrotatedEventFileDetector
 from driftwatch.detect.memory import HostMemoryDetector, MemoryDriftDetector
@@ -254,6 +255,24 @@ def test_leak_class_from_tf_memory_and_tracing() -> None:
     assert leak_with("retracing") == "retracing"
     assert leak_with("flat") == "framework_state"
     assert leak_with("none") == "unknown"
+
+
+def test_a_long_validation_is_no_stall_but_a_longer_silence_is() -> None:
+    """After eight validations of 90-110 s, one of 200 s is still validation; 300 s of
+    silence is a stall."""
+    samples, t = [], T0
+    for epoch in range(8):
+        samples += [Sample("step_timestamp", t + i, t + i) for i in range(600)]
+        t += 600 + 90 + 20 * epoch / 7  # validation: no step
+        samples.append(Sample("validation_seconds", 90 + 20 * epoch / 7, t))
+    samples.append(Sample("step_timestamp", t, t))
+
+    def silent_for(seconds: float) -> list[str]:
+        clock = Sample("train_step", 1.0, t + seconds)  # not the detector's: only moves time
+        return alarms(feed(StallDetector(), [*samples, clock]))
+
+    assert silent_for(199) == []
+    assert silent_for(300) == ["stalled"]
 
 
 def test_gpu_memory_uses_the_gpus_total_as_limit() -> None:
