@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Iterator
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 import psutil
 
 from driftwatch.errors import TargetAccessDenied, TargetGone, TargetZombie
+from driftwatch.pidns import innermost_pid
 
 _SECRET_WORD = (
     r"(?:pass(?:word|wd|phrase)?|secret|token|api[_-]?key|access[_-]?key|private[_-]?key"
@@ -72,17 +74,6 @@ DELETED = " (deleted)"
 """What the kernel appends to the link of an open file that has been unlinked."""
 
 
-def _foreign_root(pid: int) -> str:
-    """``/proc/PID/root`` if ``pid`` lives in another mount namespace than this process,
-    else ``""`` (also when that cannot be read: its files then fail to open, one by one)."""
-    try:
-        theirs = os.stat(f"/proc/{pid}/ns/mnt").st_ino
-        ours = os.stat("/proc/self/ns/mnt").st_ino
-    except OSError:
-        return ""
-    return "" if theirs == ours else f"/proc/{pid}/root"
-
-
 @contextmanager
 def translate_psutil(pid: int, what: str) -> Iterator[None]:
     """Turn psutil's exceptions about ``pid`` into driftwatch's."""
@@ -119,11 +110,31 @@ class Target:
     def __init__(self, process: psutil.Process, info: TargetInfo) -> None:
         self.process = process
         self.info = info
-        self._root = _foreign_root(info.pid)
 
     @property
     def pid(self) -> int:
         return self.info.pid
+
+    @functools.cached_property
+    def root(self) -> str:
+        """``/proc/PID/root`` if the process lives in another mount namespace (a container)
+        than driftwatch, else ``""``: its paths, prefixed with it, name its files here. Also
+        ``""`` when that cannot be read: its files then fail to open, one by one."""
+        try:
+            theirs = os.stat(f"/proc/{self.pid}/ns/mnt").st_ino
+            ours = os.stat("/proc/self/ns/mnt").st_ino
+        except OSError:
+            return ""
+        return "" if theirs == ours else f"/proc/{self.pid}/root"
+
+    @functools.cached_property
+    def own_pid(self) -> int:
+        """Its PID in its own PID namespace (a container's): the one its hook names its
+        channel by."""
+        try:
+            return innermost_pid(self.pid)
+        except OSError as err:
+            raise TargetGone(self.pid, f"process {self.pid} has exited") from err
 
     @classmethod
     def attach(cls, pid: int) -> Target:
@@ -193,5 +204,5 @@ class Target:
             except PermissionError as err:
                 raise TargetAccessDenied(self.pid, "the open files (/proc/PID/fd)") from err
             if path.startswith("/") and not path.endswith(DELETED):
-                paths.append(self._root + path)
+                paths.append(self.root + path)
         return paths

@@ -108,6 +108,22 @@ def in_pid_namespace(
         outer.wait()
 
 
+CONTAINED_HOOK = """
+import subprocess, sys, time
+if sys.argv[2:] == ["tmpfs"]:  # the channel directory on a mount only this namespace sees
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=0700", "none", sys.argv[1]], check=True)
+from driftwatch.hook.core import Hook
+hook = Hook(run="contained", channel_dir=sys.argv[1] if len(sys.argv) > 1 else None)
+for _ in range(3):
+    with hook.step():
+        time.sleep(0.01)
+print("hooked", flush=True)
+sys.stdin.readline()
+"""
+"""For ``in_pid_namespace``: a hooked job that steps 3 times, says "hooked" and waits; its
+arguments: the channel directory, and ``tmpfs`` to mount one there first."""
+
+
 WITHOUT_PTRACE = ["setpriv", "--bounding-set=-sys_ptrace", "--inh-caps=-sys_ptrace"]
 """Prefix for a command run as root but without CAP_SYS_PTRACE: it may not read processes of
 other users, as an ordinary user may not."""

@@ -36,6 +36,7 @@ from driftwatch.history import HistoryReader, RunRecord
 from driftwatch.hook.protocol import SERIES_META, Kind
 from driftwatch.pidns import ProcessId, identify
 from tests.conftest import (
+    CONTAINED_HOOK,
     TF_ENV,
     in_pid_namespace,
     needs_pid_namespaces,
@@ -441,18 +442,6 @@ def test_a_live_channel_whose_process_is_out_of_sight_is_kept_and_refused_once(
         "namespace 1) is not in sight: it needs the host's PID namespace (hostPID) and ptrace "
         "access (CAP_SYS_PTRACE)"
     ]
-
-
-CONTAINED_HOOK = """
-import sys, time
-from driftwatch.hook.core import Hook
-hook = Hook(run="contained", channel_dir=sys.argv[1] if len(sys.argv) > 1 else None)
-for _ in range(3):
-    with hook.step():
-        time.sleep(0.01)
-print("hooked", flush=True)
-sys.stdin.readline()
-"""
 
 
 @needs_pid_namespaces

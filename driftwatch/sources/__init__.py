@@ -38,11 +38,12 @@ def default_sources(
     """Every source for one target; the hook's steps, when it has one, beat event files'.
 
     The hook's channel is the file ``channel``, by default the one the target's hook creates
-    where its own environment says.
+    where its own environment says, named as the target sees itself (in a container: under
+    its own root, by its PID there).
     """
     if channel is None:
-        directory = runtime_dir(target.environ(), target.info.uid)
-        channel = channel_path(directory, target.pid, target.info.create_time)
+        directory = f"{target.root}{runtime_dir(target.environ(), target.info.uid)}"
+        channel = channel_path(directory, target.own_pid, target.info.create_time)
     hook = HookSource(channel, target.info.uid)
     return [
         ProcessSource(target),  # first: it notices a reused PID before the others read
