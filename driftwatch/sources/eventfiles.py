@@ -267,8 +267,7 @@ class EventFileSource:
         self._next_walk = -math.inf  # the `now` from which logdirs are walked again
         self._access_denied_logged = False
         self._missing_logdirs: set[Path] = set()
-        self._tails: dict[str, _Tail] = {}  # by the path it is read through
-        self._identities: dict[str, tuple[int, int]] = {}  # (device, inode) of each tail
+        self._tails: dict[tuple[int, int], _Tail] = {}  # by the file's (device, inode)
         self._any_file = False
         self._progress = StepProgress()
 
@@ -302,17 +301,14 @@ class EventFileSource:
                 for root, _dirs, files in os.walk(logdir):
                     found += [os.path.join(root, f) for f in files if _is_event_file(f)]
         for path in found:
-            if path in self._tails:
-                continue
             try:
                 status = os.stat(path)
             except OSError as err:
                 log.debug("cannot stat %s: %s", path, err)
                 continue
             identity = (status.st_dev, status.st_ino)
-            if identity not in self._identities.values():
-                self._tails[path] = _Tail(tb, path)
-                self._identities[path] = identity
+            if identity not in self._tails:
+                self._tails[identity] = _Tail(tb, path)
                 self._any_file = True
 
     def _check_logdir(self, logdir: Path) -> None:
@@ -337,13 +333,13 @@ class EventFileSource:
     def _sizes(self) -> list[int]:
         """Sizes of the known files; files that no longer exist are forgotten."""
         sizes = []
-        for path in list(self._tails):
+        for identity, tail in list(self._tails.items()):
             try:
-                sizes.append(os.stat(path).st_size)
+                sizes.append(os.stat(tail.path).st_size)
             except FileNotFoundError:
-                del self._tails[path], self._identities[path]
+                del self._tails[identity]
             except OSError as err:
-                log.debug("cannot stat %s: %s", path, err)
+                log.debug("cannot stat %s: %s", tail.path, err)
         return sizes
 
     def _read(self) -> list[Sample]:
@@ -361,7 +357,6 @@ class EventFileSource:
     def close(self) -> None:
         """Drop the loaders; they hold no open descriptors between reads."""
         self._tails.clear()
-        self._identities.clear()
 
 
 class _Replayed(NamedTuple):
