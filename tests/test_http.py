@@ -23,7 +23,7 @@ from driftwatch.export.http import (
     parse_listen,
 )
 from driftwatch.export.prometheus import metrics_app
-from tests.conftest import run_cli
+from tests.conftest import run_cli, wait_for
 from tests.test_cli import assert_one_line_error
 
 
@@ -214,7 +214,13 @@ def test_the_hooks_own_server_speaks_https_and_a_bad_certificate_only_warns(
         server = hook._server
         assert server is not None
         assert server.url.startswith("https://127.0.0.1:")
-        assert 'driftwatch_source_up{run="' in scrape(server.url, pki.client_context())
+        # The in-process monitor's first tick may come after the server is up.
+        context = pki.client_context()
+        wait_for(
+            lambda: 'driftwatch_source_up{run="' in scrape(server.url, context),
+            15,
+            "the hook's own series over HTTPS",
+        )
     finally:
         hook.close()
     with caplog.at_level(logging.WARNING):
