@@ -34,11 +34,14 @@ WORTH_REPORTING = 1.10
 LEAST_REPORTED = 1.075
 """The CUSUM may sum up a long, smaller excess (a slow healthy wander of a few percent): it
 reports only once the current level is this much slower than the baseline, plus the
-baseline's own uncertainty (``BASELINE_Z`` standard errors)."""
+baseline's own uncertainty (``BASELINE_Z`` standard errors, but never beyond the slowest
+block the baseline was made of: its true level cannot be slower than that)."""
 BASELINE_Z = 3.0
 """Standard errors of the baseline added to the bar: a baseline drawn from a noisy or
 autocorrelated first half hour is uncertain by a few percent, and a bar that ignores this
-is crossed by healthy runs whose baseline happened to be low."""
+is crossed by healthy runs whose baseline happened to be low. A disturbed start (a host
+busy, then idle) gives a short run autocorrelated blocks whose error alone set a bar of
+2-3x: hence the cap by the slowest block."""
 WANDER_Z = 4.5
 """Standard deviations of the level's healthy variation the current level must also exceed.
 A run whose level wanders by 2 % (hours-long mean reversion) sits 8 % above its day-long
@@ -73,12 +76,11 @@ class SlowdownDetector:
     When steps are fast, consecutive block medians are merged (their median) until a block
     spans ``MIN_BLOCK_SECONDS``. The first ``warmup_blocks`` blocks (tracing, caches filling)
     are skipped. The baseline is the median of chunk medians: chunks of ``baseline_blocks``
-    blocks, the first one from the blocks seen while the sum is not past ``h`` (testing
-    starts once ``min_baseline_blocks`` of it are in, so short runs are watched too), each
-    later one kept only if no slowdown was reported during it, the newest
-    ``BASELINE_CHUNKS``. So the baseline gets more precise as the run goes on (a slow wander
-    averages out instead of staying frozen in the first half hour) and a reported slowdown
-    never joins it.
+    blocks (testing starts once ``min_baseline_blocks`` of the first are in, so short runs
+    are watched too), the newest ``BASELINE_CHUNKS``. A block joins a chunk only once the sum
+    has cleared it (:meth:`_clear_for_baseline`). So the baseline gets more precise as the
+    run goes on (a slow wander averages out instead of staying frozen in the first half
+    hour) and a slowdown never joins it, not even its first blocks before the report.
 
     Each block adds ``log(block / baseline) - k``, capped at ``h / 2`` so that no single odd
     block (a checkpoint and a slow first step of an epoch closed into one) can alarm alone.
@@ -87,10 +89,11 @@ class SlowdownDetector:
     onset. A slowdown is reported while the sum is past ``h`` and the current level (the
     Theil-Sen line through the blocks since the onset, at the newest one: a ramp's median
     lags) passes the bar (:meth:`_bar`): ``LEAST_REPORTED`` times the baseline plus its
-    uncertainty, and ``WANDER_Z`` standard deviations of the level's healthy variation. That
-    variation is estimated from how far chunk medians fell below the baseline as they joined
-    it (a slowdown only makes chunks slower, so a ramp that partly joins the baseline does
-    not inflate it), plus the current level's own error. It is gradual when the level took
+    uncertainty (no more than up to its slowest block), and ``WANDER_Z`` standard deviations
+    of the level's healthy variation. That variation is estimated from how far chunk medians
+    fell below the baseline as they joined it (a slowdown only makes chunks slower, so a
+    ramp that partly joins the baseline does not inflate it), plus the current level's own
+    error. It is gradual when the level took
     longer than ``RECENT_BLOCKS`` blocks to climb from a quarter to three quarters of the
     current ratio, abrupt when it jumped.
     """
@@ -113,8 +116,9 @@ class SlowdownDetector:
         self._last_block_t = -math.inf
         self._warmup_left = warmup_blocks
         self._chunk: list[float] = []  # log levels of the chunk being filled
-        self._chunk_clean = True  # no slowdown reported during it
-        self._chunks: deque[float] = deque(maxlen=BASELINE_CHUNKS)  # medians of kept chunks
+        self._held: deque[float] = deque()  # log levels waiting for the sum to clear them
+        self._slowest = -math.inf  # the highest log level that joined the baseline
+        self._chunks: deque[float] = deque(maxlen=BASELINE_CHUNKS)  # medians of the newest chunks
         # their squared log distance below the baseline as they joined it (0 if above)
         self._dips: deque[float] = deque(maxlen=BASELINE_CHUNKS)
         self._min_baseline = min_baseline_blocks
@@ -147,8 +151,8 @@ class SlowdownDetector:
         if self._warmup_left > 0:
             self._warmup_left -= 1
             return
-        self._add_to_baseline(level, first_ok=not self._cusum.alarm)
         if math.isnan(self.baseline):
+            self._add_to_baseline(level)
             return
         ratio = level - math.log(self.baseline)
         self._cusum.update(min(ratio, self._cusum.h / 2), t)
@@ -160,16 +164,30 @@ class SlowdownDetector:
             self._active = True
         elif self._cusum.value < self._cusum.h / 3 or self._recent_ratio() < STILL_SLOW:
             self._active = False
-        self._chunk_clean = self._chunk_clean and not self._active
+        self._clear_for_baseline(level)
 
-    def _add_to_baseline(self, level: float, first_ok: bool) -> None:
-        """Fill the chunk; the first one sets the baseline and the noise as it grows, from
-        the blocks that come while the sum is not past ``h`` (``first_ok``): a slowdown in
-        the first minutes must not raise its own baseline and noise."""
+    def _clear_for_baseline(self, level: float) -> None:
+        """Let a block join the baseline once the sum has cleared it: at once at a zero sum;
+        held while the sum is up, and joining when it is back at zero; dropped, with those
+        held, while a slowdown is reported (they are its onset: a slowdown must not raise its
+        own baseline and noise). A sum that stays up with no report lets its oldest held
+        block join after a chunk's worth, so a lasting small excess is followed."""
+        held = self._held
+        if self._active:
+            held.clear()
+            return
+        held.append(level)
+        if self._cusum.value == 0.0:
+            while held:
+                self._add_to_baseline(held.popleft())
+        elif len(held) > self._chunk_size:
+            self._add_to_baseline(held.popleft())
+
+    def _add_to_baseline(self, level: float) -> None:
+        """Fill the chunk; the first one sets the baseline and the noise as it grows."""
+        self._slowest = max(self._slowest, level)
         chunk = self._chunk
         first = not self._chunks
-        if first and not first_ok:
-            return
         chunk.append(level)
         if first and len(chunk) >= self._min_baseline:
             levels = np.array(chunk)
@@ -180,24 +198,24 @@ class SlowdownDetector:
             self.baseline = math.exp(float(np.median(levels)))
         if len(chunk) < self._chunk_size:
             return
-        if self._chunk_clean:
-            median = float(np.median(chunk))
-            if self._chunks:
-                self._dips.append(min(0.0, median - math.log(self.baseline)) ** 2)
-            self._chunks.append(median)
-            self.baseline = math.exp(float(np.median(self._chunks)))
+        median = float(np.median(chunk))
+        if self._chunks:
+            self._dips.append(min(0.0, median - math.log(self.baseline)) ** 2)
+        self._chunks.append(median)
+        self.baseline = math.exp(float(np.median(self._chunks)))
         chunk.clear()
-        self._chunk_clean = True
 
     def _bar(self) -> float:
         """The ratio the current level must reach: ``LEAST_REPORTED`` plus ``BASELINE_Z``
-        standard errors of the baseline's median, and at least ``WANDER_Z`` standard
-        deviations of what a healthy level does: its wander (twice the mean squared dip of
-        the kept chunks below the baseline, the lower half of a symmetric spread; it holds
-        their measurement noise too) plus the current level's own error."""
+        standard errors of the baseline's median (at most up to the slowest block that
+        joined it), and at least ``WANDER_Z`` standard deviations of what a healthy level
+        does: its wander (twice the mean squared dip of the chunks below the baseline, the
+        lower half of a symmetric spread; it holds their measurement noise too) plus the
+        current level's own error."""
         noise = self._noise * math.sqrt(self._variance_factor)
         blocks = max(len(self._chunks), 1) * self._chunk_size
-        bar = math.log(LEAST_REPORTED) + BASELINE_Z * MEDIAN_EFFICIENCY * noise / math.sqrt(blocks)
+        error = BASELINE_Z * MEDIAN_EFFICIENCY * noise / math.sqrt(blocks)
+        bar = math.log(LEAST_REPORTED) + min(error, self._slowest - math.log(self.baseline))
         if len(self._dips) < MIN_WANDER_CHUNKS:
             return math.exp(bar)
         wander = 2 * sum(self._dips) / len(self._dips)
