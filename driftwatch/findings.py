@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 
@@ -12,6 +12,17 @@ class Severity(enum.Enum):
     INFO = "info"
     WARNING = "warning"
     CRITICAL = "critical"
+
+    @property
+    def rank(self) -> int:
+        """0 for info, 2 for critical: worse is higher."""
+        return _RANKS[self]
+
+
+_RANKS = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
+
+Diagnosis = tuple[Severity, frozenset[tuple[str, str]]]
+"""A finding's severity and the evidence that names things, such as a leak's class."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +32,13 @@ class Finding:
     since: float  # unix seconds: when the problem started, as best the evidence says
     message: str  # what, since when, how fast, the likely cause and what to try
     evidence: Mapping[str, float | str] = field(default_factory=dict)
+
+    @property
+    def diagnosis(self) -> Diagnosis:
+        """What a reader acts on: the severity and the evidence that names things (a leak's
+        class); the numbers move at every evaluation, a change here is news."""
+        named = frozenset((k, v) for k, v in self.evidence.items() if isinstance(v, str))
+        return self.severity, named
 
     def to_json(self, run: str) -> str:
         """One JSON line, the format of ``--findings`` and ``analyze --json``."""
@@ -35,3 +53,14 @@ class Finding:
             },
             sort_keys=True,
         )
+
+
+def worst_per_kind(findings: Iterable[Finding]) -> dict[str, Finding]:
+    """Each kind's most severe finding (the first of equals): several devices or files may
+    hold a finding of one kind at once, and a run reports each kind once."""
+    worst: dict[str, Finding] = {}
+    for finding in findings:
+        held = worst.get(finding.kind)
+        if held is None or finding.severity.rank > held.severity.rank:
+            worst[finding.kind] = finding
+    return worst

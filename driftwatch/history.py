@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 from driftwatch import __version__
 from driftwatch.errors import HistoryError
-from driftwatch.findings import Finding, Severity
+from driftwatch.findings import Finding, Severity, worst_per_kind
 from driftwatch.series import Labels, SeriesKey
 from driftwatch.store import DEFAULT_TIERS, Bucket, Store, TierSpec
 from driftwatch.target import TargetInfo
@@ -425,11 +425,7 @@ class RunRecorder:
 
     def _note_findings(self, snapshot: Snapshot) -> None:
         now = snapshot.t
-        worst: dict[str, Finding] = {}
-        for finding in snapshot.findings:
-            held = worst.get(finding.kind)
-            if held is None or _RANK[finding.severity] > _RANK[held.severity]:
-                worst[finding.kind] = finding
+        worst = worst_per_kind(snapshot.findings)
         for kind, finding in worst.items():
             before = self._holding.get(kind)
             if before is None or before.finding.severity is not finding.severity:
@@ -474,9 +470,6 @@ class RunRecorder:
             self._changed.clear()
             self._changes.clear()
             self._next_send = now + FLUSH_SECONDS
-
-
-_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
 
 
 def _labels_json(labels: Labels) -> str:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from driftwatch.detect import Engine
 from driftwatch.errors import SourceUnavailable, TargetGone, UsageError
-from driftwatch.findings import Finding
+from driftwatch.findings import Diagnosis, Finding, worst_per_kind
 from driftwatch.history import RunRecorder
 from driftwatch.series import SERIES, Export, LabelSetLimit, SeriesKey
 from driftwatch.sources import Source
@@ -88,7 +88,9 @@ class Monitor:
         self._on_finding = on_finding
         self._recorder = recorder
         self.reported: dict[str, Finding] = {}
-        """Each kind's first finding in this run, in order; kept after it stops holding."""
+        """Each kind's latest (worst) finding in this run, in the order the kinds were first
+        reported; kept after it stops holding."""
+        self._announced: dict[str, set[Diagnosis]] = {}
         self._ticks = 0
         self.snapshot = Snapshot(run, target, clock(), 0)
 
@@ -112,9 +114,14 @@ class Monitor:
                 for sample in samples:
                     self._engine.observe(sample)
         findings = self._engine.evaluate(now)
-        for finding in findings:
-            if finding.kind not in self.reported:
-                self.reported[finding.kind] = finding
+        for kind, finding in worst_per_kind(findings).items():
+            self.reported[kind] = finding
+            # Announced when first seen, and again when its severity or diagnosis becomes one
+            # not told before (critical now; a leak's class known once TF memory has been
+            # probed long enough): a finding on the edge of two severities is told once each.
+            announced = self._announced.setdefault(kind, set())
+            if finding.diagnosis not in announced:
+                announced.add(finding.diagnosis)
                 self._on_finding(finding)
         self._ticks += 1
         self.snapshot = Snapshot(

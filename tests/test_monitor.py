@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from driftwatch.detect import Engine
+from driftwatch.detect import Engine, Evaluation
 from driftwatch.detect.basic import NonFiniteDetector, StallDetector
 from driftwatch.errors import SourceUnavailable, TargetGone
 from driftwatch.findings import Finding, Severity
@@ -106,6 +106,53 @@ def test_findings_are_reported_once_per_kind_and_kept() -> None:
     assert "3 non-finite" in snapshot.findings[0].message
     assert snapshot.scores == {"nonfinite": 1.0}
     assert list(monitor.reported) == ["nonfinite"]
+
+
+class ScriptedDetector:
+    """Reports the findings of its script, one tuple per evaluation."""
+
+    name = "scripted"
+    series: frozenset[str] = frozenset()
+
+    def __init__(self, script: list[tuple[Finding, ...]]) -> None:
+        self.script = list(script)
+
+    def observe(self, sample: Sample) -> None:
+        pass
+
+    def evaluate(self, now: float) -> Evaluation:
+        return Evaluation(1.0, self.script.pop(0) if self.script else ())
+
+
+def test_findings_are_told_again_when_they_escalate_or_their_diagnosis_changes() -> None:
+    def leak(severity: Severity, leak_class: str, rate: float) -> Finding:
+        evidence: dict[str, float | str] = {"leak_class": leak_class, "slope_bytes_per_hour": rate}
+        return Finding("host_memory_drift", severity, 1000.0, f"{rate}/h", evidence)
+
+    warning, critical = Severity.WARNING, Severity.CRITICAL
+    script = [
+        (leak(warning, "unknown", 1.0),),
+        (leak(warning, "unknown", 2.0),),  # only numbers moved: not news
+        (leak(warning, "tensors_kept_alive", 3.0),),  # the class became known
+        (leak(critical, "tensors_kept_alive", 4.0),),  # escalated
+        (leak(warning, "tensors_kept_alive", 5.0),),  # on the edge: told before
+        (leak(critical, "tensors_kept_alive", 6.0),),
+        # Two devices with a finding of one kind: the worse one speaks for the kind.
+        (leak(warning, "unknown", 7.0), leak(critical, "tensors_kept_alive", 8.0)),
+        (),  # it stops holding: the run's summary keeps its latest state
+    ]
+    told: list[Finding] = []
+    monitor = Monitor(
+        "run", INFO, [], Engine([ScriptedDetector(script)]), clock=Clock(), on_finding=told.append
+    )
+    for _ in script:
+        monitor.tick()
+    assert [(f.severity, f.evidence["leak_class"]) for f in told] == [
+        (warning, "unknown"),
+        (warning, "tensors_kept_alive"),
+        (critical, "tensors_kept_alive"),
+    ]
+    assert monitor.reported["host_memory_drift"].message == "8.0/h"
 
 
 def test_stall_detector_adapts_to_how_often_steps_are_logged() -> None:
