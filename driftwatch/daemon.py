@@ -352,13 +352,27 @@ class Daemon:
             if start_ticks(pid) != writer.start_ticks:  # the writer exited since it was found
                 return None
         except ChannelError as err:
-            if os.path.lexists(path):  # else removed since it was listed
-                self._refuse(path, str(err))
+            self._unreadable(path, str(err))
             return None
         except (psutil.Error, OSError):  # exited since it was found; looked at again next tick
             return None
         self._writers[path] = key
         return key
+
+    def _unreadable(self, path: Path, reason: str) -> None:
+        """A channel this daemon cannot read (an older format, a stray file): removed if no
+        process holds it as its writer, as an older driftwatch's hook leaves it on exit;
+        else refused, once."""
+        try:
+            written = writer_alive(path)
+        except ChannelError:
+            written = True  # cannot tell: leave it
+        if not os.path.lexists(path):  # removed since it was listed
+            return
+        if written:
+            self._refuse(path, reason)
+        else:
+            self._sweep(path, f"no process writes it, and it is unreadable ({reason})")
 
     def _refuse(self, path: Path, reason: str) -> None:
         self._refused.add(path)
@@ -444,13 +458,13 @@ class Daemon:
         watched.monitor.close(reason)
         log.info("stopped watching %s (pid %d): %s", watched.monitor.run, key[0], reason)
 
-    def _sweep(self, path: Path) -> None:
+    def _sweep(self, path: Path, why: str = "its process has exited") -> None:
         """Remove the channel of a process that has exited: nobody will write it again.
 
         One that cannot be removed (e.g. a read-only mount) is logged once and left alone.
         """
         if remove_channel(path):
-            log.info("removed %s: its process has exited", path)
+            log.info("removed %s: %s", path, why)
         else:
             self._litter.add(path)
 

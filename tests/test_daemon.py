@@ -14,6 +14,7 @@ import re
 import shutil
 import signal
 import stat
+import struct
 import subprocess
 import sys
 import tempfile
@@ -354,6 +355,50 @@ def test_channels_of_exited_processes_are_removed(
     daemon.tick()
     assert daemon.runs == {}
     assert not live.exists()  # swept as soon as its process is gone
+
+
+@pytest.mark.parametrize("problem", ["older format", "not a channel"])
+def test_an_unreadable_channel_is_removed_once_no_process_writes_it(
+    tmp_path: Path,
+    sleeper: subprocess.Popen[bytes],
+    caplog: pytest.LogCaptureFixture,
+    hook_channel: HookChannels,
+    problem: str,
+) -> None:
+    """A channel an older driftwatch's hook left behind, or a stray file named like one, is
+    removed quietly when nobody writes it, and refused once while its writer lives."""
+    held = hook_channel(tmp_path, sleeper.pid, "held")
+    left = hook_channel(tmp_path, unused_pid(), "left", start_ticks=1)
+    hook_channel.exit(left)
+    for path in (held, left):
+        with path.open("r+b") as channel:
+            if problem == "older format":
+                channel.seek(8)  # the format version, after the magic
+                channel.write(struct.pack("<I", 1))
+            else:
+                channel.write(b"\0" * 8)
+    daemon = make_daemon(tmp_path)
+    with caplog.at_level(logging.INFO, logger="driftwatch.daemon"):
+        for _ in range(SCAN_EVERY_TICKS + 1):
+            daemon.tick()
+    assert daemon.runs == {}
+    assert not left.exists()
+    assert not left.with_suffix(".json").exists()
+    assert held.exists()
+    why = (
+        "channel format version 1 with 40-byte records; this driftwatch reads version 2"
+        if problem == "older format"
+        else "not a driftwatch channel (bad magic)"
+    )
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records]
+    (removal,) = [(level, line) for level, line in lines if str(left) in line]
+    assert removal[0] == "INFO"
+    assert removal[1].startswith(f"removed {left}: no process writes it, and it is unreadable")
+    assert why in removal[1]
+    (refusal,) = [(level, line) for level, line in lines if str(held) in line]
+    assert refusal[0] == "WARNING"
+    assert refusal[1].startswith(f"not watching the channel {held}: ")
+    assert why in refusal[1]
 
 
 @needs_root
