@@ -200,6 +200,21 @@ def test_fast_growth_is_critical_even_in_warm_up() -> None:
     assert float(finding.evidence["seconds_to_limit"]) < 300
 
 
+def test_a_leak_right_after_a_jump_is_judged_from_the_first_floor_past_it() -> None:
+    """+300 MB at 4.2 s, then 30 GB/h: the 2-s window the jump fell into keeps the old
+    floor, the next one holds the new level already, and the leak's 8 rising windows count
+    from there ([6, 8) to [20, 22) s; skipping that window cost 2 s)."""
+    samples = [Sample("memory_limit_bytes", 16.0 * GIB, T0), Sample("train_step", 1.0, T0)]
+    for i in range(80):
+        t = i * 0.5
+        value = GIB + (300 * MIB + (t - 4.2) * 30 * GIB / 3600 if t >= 4.2 else 0.0)
+        samples.append(Sample("rss_bytes", value, T0 + t))
+    report = first_report(HostMemoryDetector(), samples, every=0.5)
+    assert report is not None
+    assert report[1].kind == "host_memory_drift"
+    assert report[0] - T0 == 22.0
+
+
 def test_start_up_before_the_first_step_is_not_judged() -> None:
     """A job importing TensorFlow and building its model climbs hundreds of MB in seconds
     (slower still on a busy host): not a leak, unless it goes on once training runs."""

@@ -284,8 +284,10 @@ class MemoryDriftDetector:
         splits = level_jumps(floors, min_jump=smallest_jump, k=4.0)
         for i in splits:
             jumps.append((float(times[i]), float(floors[i] - floors[i - 1])))
-        # The window a jump fell into holds readings from both sides: start after it.
-        start = splits[-1] + 1 if splits else 0
+        # Floors are lowest readings: the window a rise fell into keeps the old floor, so the
+        # first floor past a jump is already the new level's (a fall's window has the new
+        # floor itself). The segment starts there.
+        start = splits[-1] if splits else 0
         for subset, bucket in (
             (times >= warm_until, settled),
             (times >= started, fast),
