@@ -1,7 +1,7 @@
 """Memory drift: slope, significance and time to the limit, per signal, at several scales.
 
 Each signal (host RSS, TensorFlow's allocator, GPU process memory) is averaged into
-consecutive windows at several widths (2 s to 10 min) and the newest ``points`` means of
+consecutive windows at several widths (1.5 s to 10 min) and the newest ``points`` means of
 each are tested: Theil-Sen slope and Mann-Kendall trend (corrected for lag-1
 autocorrelation), within the segment after the last level jump, so a one-off allocation is
 a "memory step", not a leak. Short scales see fast growth within seconds, long ones a slow
@@ -29,7 +29,7 @@ from driftwatch.series import Labels, Sample
 from driftwatch.units import clock, human_bytes, human_seconds
 
 MIB = 1 << 20
-SCALES_SECONDS = (1.0, 2.0, 20.0, 120.0, 600.0)
+SCALES_SECONDS = (1.5, 2.0, 20.0, 120.0, 600.0)
 
 
 class WindowMeans:
@@ -112,7 +112,23 @@ Jump = tuple[float, float]
 """(when, by how many bytes)."""
 
 
-_ScaleAnalysis = tuple[list[Trend], list[Trend], list[Jump]]
+@dataclass
+class Analysis:
+    """Trends and jumps of one signal, from one scale or merged over all of them."""
+
+    settled: list[Trend] = field(default_factory=list)  # past warm-up
+    fast: list[Trend] = field(default_factory=list)  # since training started
+    jumps: list[Jump] = field(default_factory=list)
+    # Widths whose segment since training started (and since their last jump) holds
+    # enough windows to test: a wider scale that could test fast growth and does not
+    # find it vetoes a narrower one's.
+    fast_tested: set[float] = field(default_factory=set)
+
+    def merge(self, other: Analysis) -> None:
+        self.settled += other.settled
+        self.fast += other.fast
+        self.jumps += other.jumps
+        self.fast_tested |= other.fast_tested
 
 
 @dataclass
@@ -121,13 +137,7 @@ class _Signal:
 
     scales: list[WindowMeans]
     first_t: float = math.nan
-
-    def scale(self, width: float) -> WindowMeans:
-        return next(s for s in self.scales if s.width == width)
-
-    analysed: dict[float, tuple[tuple[int, float, float], _ScaleAnalysis]] = field(
-        default_factory=dict
-    )
+    analysed: dict[float, tuple[tuple[int, float, float], Analysis]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,11 +258,10 @@ class MemoryDriftDetector:
             max(by_time, self._epochs_done_at) if math.isfinite(self._epochs_done_at) else by_time
         )
 
-    def trends(self, state: _Signal) -> tuple[list[Trend], list[Trend], list[Jump]]:
-        """(trends past warm-up, fast trends at any time, level jumps), over all scales."""
-        settled: list[Trend] = []
-        fast: list[Trend] = []
-        jumps: list[Jump] = []
+    def trends(self, state: _Signal) -> Analysis:
+        """Trends past warm-up, fast trends since training started and level jumps, over
+        all scales."""
+        merged = Analysis()
         warm_until = self.warmup_end(state)
         started = self.training_start(state)
         for scale in state.scales:
@@ -261,42 +270,39 @@ class MemoryDriftDetector:
             if cached is None or cached[0] != key:
                 analysis = self._analyse(scale, warm_until, started)
                 cached = state.analysed[scale.width] = (key, analysis)
-            scale_settled, scale_fast, scale_jumps = cached[1]
-            settled += scale_settled
-            fast += scale_fast
-            jumps += scale_jumps
-        return settled, fast, jumps
+            merged.merge(cached[1])
+        return merged
 
-    def _analyse(self, scale: WindowMeans, warm_until: float, started: float) -> _ScaleAnalysis:
+    def _analyse(self, scale: WindowMeans, warm_until: float, started: float) -> Analysis:
         """One scale's trends and jumps; cached until a window closes or a phase ends."""
-        settled: list[Trend] = []
-        fast: list[Trend] = []
-        jumps: list[Jump] = []
+        analysis = Analysis()
         if (
             len(scale.means) < self.thresholds.min_points
             or statistics.median(scale.readings) < MIN_READINGS
         ):
-            return settled, fast, jumps
+            return analysis
         times = np.array([t for t, _ in scale.means])
         floors = np.array(scale.floors)
         level = scale.means[-1][1]
         smallest_jump = max(self.thresholds.min_growth_bytes * 4, 0.005 * level)
         splits = level_jumps(floors, min_jump=smallest_jump, k=4.0)
         for i in splits:
-            jumps.append((float(times[i]), float(floors[i] - floors[i - 1])))
+            analysis.jumps.append((float(times[i]), float(floors[i] - floors[i - 1])))
         # Floors are lowest readings: the window a rise fell into keeps the old floor, so the
         # first floor past a jump is already the new level's (a fall's window has the new
         # floor itself). The segment starts there.
         start = splits[-1] if splits else 0
         for subset, bucket in (
-            (times >= warm_until, settled),
-            (times >= started, fast),
+            (times >= warm_until, analysis.settled),
+            (times >= started, analysis.fast),
         ):
             idx = np.arange(start, len(floors))
             if subset is not None:
                 idx = idx[subset[start:]]
             if len(idx) < self.thresholds.min_points:
                 continue
+            if bucket is analysis.fast:
+                analysis.fast_tested.add(scale.width)
             slope, _ = theil_sen(times[idx], floors[idx])
             if not slope > 0:
                 continue
@@ -310,58 +316,52 @@ class MemoryDriftDetector:
                 half_span = (times[idx[-1]] - times[idx[0]]) / 2
                 decay = _decay(older_slope, newer_slope, half_span)
                 bucket.append(Trend(scale.width, slope, test.p, level, since, len(idx), decay))
-        return settled, fast, jumps
+        return analysis
 
     def evaluate(self, now: float) -> Evaluation:
         findings: list[Finding] = []
         score = 0.0
         for labels, state in self._signals.items():
-            settled, fast, jumps = self.trends(state)
+            analysis = self.trends(state)
             limit = self.limit_for(labels)
-            finding, signal_score = self._judge(labels, settled, fast, limit, now, state)
+            finding, signal_score = self._judge(labels, analysis, limit, now, state)
             score = max(score, signal_score)
             if finding is not None:
                 findings.append(finding)
-            findings.extend(self._jump_findings(labels, jumps))
+            findings.extend(self._jump_findings(labels, analysis.jumps))
         return Evaluation(score, tuple(findings))
 
     def _judge(
         self,
         labels: Labels,
-        settled: list[Trend],
-        fast: list[Trend],
+        analysis: Analysis,
         limit: float,
         now: float,
         state: _Signal,
     ) -> tuple[Finding | None, float]:
         # Urgent: growth that reaches the limit within the horizon, projected with the
-        # slowing seen, and rising at every wider scale that has enough points too (a GC
+        # slowing seen, and rising at every wider scale that could test it too (a GC
         # cycle's rising half fills a narrow window but not a wide one).
         horizon = self.thresholds.fast_horizon
-        rising = {t.width for t in fast}
-        started = self.training_start(state)
-        tested = {
-            w
-            for w in self.thresholds.scales
-            if sum(t >= started for t, _ in state.scale(w).means) >= self.thresholds.min_points
-        }
+        rising = {t.width for t in analysis.fast}
         urgent = [
             t
-            for t in fast
-            if t.time_to(limit) < horizon and all(w in rising for w in tested if w > t.width)
+            for t in analysis.fast
+            if t.time_to(limit) < horizon
+            and all(w in rising for w in analysis.fast_tested if w > t.width)
         ]
         # A leak: a material trend in wide windows (10-minute means), held for
         # ``min_span``; narrower windows see the rising half of GC or caching cycles.
         worth = [
             t
-            for t in settled
+            for t in analysis.settled
             if t.width >= self.thresholds.settled_min_width
             and self._materiality(t) >= 1
             and t.points * t.width >= self.thresholds.min_span
         ]
         candidates = urgent or worth
         if not candidates:
-            return None, max((self._materiality(t) for t in settled), default=0.0)
+            return None, max((self._materiality(t) for t in analysis.settled), default=0.0)
         # The widest scale that sees it: the most evidence, the steadiest slope.
         trend = max(candidates, key=lambda t: t.width)
         remaining = trend.time_to(limit)
