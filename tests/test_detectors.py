@@ -469,7 +469,7 @@ def test_leak_class_in_a_short_run_and_from_retracing_warnings() -> None:
     alive; without the hook's tracing count, TF's retracing warnings tell retracing, even
     though TF prints them only twice, long before the window that shows the leak."""
 
-    def short_leak(extra: str, every: float = 1.0) -> str:
+    def short_leak(extra: str, every: float = 1.0) -> tuple[str, str]:
         samples = [Sample("memory_limit_bytes", 8.0 * GIB, T0), Sample("train_step", 1.0, T0)]
         for i in range(160):
             t = T0 + i * 0.5
