@@ -32,7 +32,7 @@ Density and shortcuts, to fit about 10 minutes on two cores:
   sends); ``healthy_fast`` and the step-time scenarios use realistic 50 ms steps.
 * Injected runs stop ``--linger`` simulated seconds (default 15 min) after their first
   detection: while the host-memory detector reports a leak, its leak-class diagnosis runs
-  Theil-Sen and Mann-Kendall (O(n^2)) over every 2 s TF-allocator mean since the trend's
+  Theil-Sen and Mann-Kendall (O(n^2)) over the TF-allocator windows since the trend's
   start, so each evaluation costs 0.02-1 s and running the leak scenarios to their end
   would take longer than everything else together. "held" is the share of the evaluations
   after the detection at which an expected finding was still active (flapping).
