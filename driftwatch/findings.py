@@ -57,7 +57,7 @@ class Finding:
 
 def worst_per_kind(findings: Iterable[Finding]) -> dict[str, Finding]:
     """Each kind's most severe finding (the first of equals): several devices or files may
-    hold a finding of one kind at once, and a run reports each kind once."""
+    hold a finding of one kind at once, and a run speaks of each kind as one finding."""
     worst: dict[str, Finding] = {}
     for finding in findings:
         held = worst.get(finding.kind)
