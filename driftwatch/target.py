@@ -74,6 +74,13 @@ DELETED = " (deleted)"
 """What the kernel appends to the link of an open file that has been unlinked."""
 
 
+def exited(pid: int) -> TargetGone:
+    """The error for a process that has exited, saying so when its PID already belongs to
+    another process (a monitor that checked it alive may find the newcomer a moment later)."""
+    detail = " (its PID now belongs to another process)" if psutil.pid_exists(pid) else ""
+    return TargetGone(pid, f"process {pid} has exited{detail}")
+
+
 @contextmanager
 def translate_psutil(pid: int, what: str) -> Iterator[None]:
     """Turn psutil's exceptions about ``pid`` into driftwatch's."""
@@ -84,7 +91,7 @@ def translate_psutil(pid: int, what: str) -> Iterator[None]:
             pid, f"process {pid} has exited (zombie: its parent has not reaped it yet)"
         ) from err
     except psutil.NoSuchProcess as err:
-        raise TargetGone(pid, f"process {pid} has exited") from err
+        raise exited(pid) from err
     except psutil.AccessDenied as err:
         raise TargetAccessDenied(pid, what) from err
 
@@ -134,7 +141,7 @@ class Target:
         try:
             return innermost_pid(self.pid)
         except OSError as err:
-            raise TargetGone(self.pid, f"process {self.pid} has exited") from err
+            raise exited(self.pid) from err
 
     @classmethod
     def attach(cls, pid: int) -> Target:
@@ -169,9 +176,7 @@ class Target:
         """Raise ``TargetGone`` if the process exited, became a zombie, or its PID was reused."""
         with translate_psutil(self.pid, "the process status"):
             if not self.process.is_running():
-                reused = psutil.pid_exists(self.pid)
-                detail = " (its PID now belongs to another process)" if reused else ""
-                raise TargetGone(self.pid, f"process {self.pid} has exited{detail}")
+                raise exited(self.pid)
             if self.process.status() == psutil.STATUS_ZOMBIE:
                 raise TargetZombie(self.pid, f"process {self.pid} has exited")
 
@@ -192,7 +197,7 @@ class Target:
         try:
             fds = os.listdir(fd_dir)
         except FileNotFoundError as err:
-            raise TargetGone(self.pid, f"process {self.pid} has exited") from err
+            raise exited(self.pid) from err
         except PermissionError as err:
             raise TargetAccessDenied(self.pid, "the open files (/proc/PID/fd)") from err
         paths = []

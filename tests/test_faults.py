@@ -19,6 +19,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from driftwatch.sources.eventfiles import describe
@@ -123,6 +124,10 @@ def test_pid_reused_while_attached(attach: Attach, sleeper: subprocess.Popen[byt
     watching = attach(sleeper.pid)
     watching.ticks_on()
     watching.process.send_signal(signal.SIGSTOP)  # the swap happens between two samples
+    # The signal stops it on its way back to user mode, not at once: a tick between the kill
+    # and the impostor would see no process at all.
+    stopped = psutil.Process(watching.process.pid)
+    wait_for(lambda: stopped.status() == psutil.STATUS_STOPPED, 10, "attach to be stopped")
     sleeper.kill()
     sleeper.wait()
     impostor = _spawn_with_pid(sleeper.pid)
