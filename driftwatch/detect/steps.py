@@ -34,14 +34,19 @@ WORTH_REPORTING = 1.10
 LEAST_REPORTED = 1.075
 """The CUSUM may sum up a long, smaller excess (a slow healthy wander of a few percent): it
 reports only once the current level is this much slower than the baseline, plus the
-baseline's own uncertainty (``BASELINE_Z`` standard errors, but never beyond the slowest
-block the baseline was made of: its true level cannot be slower than that)."""
+baseline's own uncertainty (``BASELINE_Z`` standard errors, up to ``ERROR_BAR``)."""
 BASELINE_Z = 3.0
 """Standard errors of the baseline added to the bar: a baseline drawn from a noisy or
 autocorrelated first half hour is uncertain by a few percent, and a bar that ignores this
-is crossed by healthy runs whose baseline happened to be low. A disturbed start (a host
-busy, then idle) gives a short run autocorrelated blocks whose error alone set a bar of
-2-3x: hence the cap by the slowest block."""
+is crossed by healthy runs whose baseline happened to be low; capped by ``ERROR_BAR``."""
+ERROR_BAR = 1.5
+"""The highest the baseline's error may lift the bar, unless the slowest block the baseline
+holds is slower still (its true level cannot be slower than that block). A disturbed start
+(a host busy, then idle) gives a short run autocorrelated blocks whose error alone set a
+bar of 3.1x, under which CI missed a 2.2x slowdown; the slowest block alone (1.1-1.2x for
+sub-millisecond steps) let a healthy 40-s run's drift of 1.13-1.23x be reported half the
+time. Half again as slow, held until the sum is past ``h``, is worth a warning whatever the
+baseline's uncertainty."""
 WANDER_Z = 4.5
 """Standard deviations of the level's healthy variation the current level must also exceed.
 A run whose level wanders by 2 % (hours-long mean reversion) sits 8 % above its day-long
@@ -89,7 +94,7 @@ class SlowdownDetector:
     onset. A slowdown is reported while the sum is past ``h`` and the current level (the
     Theil-Sen line through the blocks since the onset, at the newest one: a ramp's median
     lags) passes the bar (:meth:`_bar`): ``LEAST_REPORTED`` times the baseline plus its
-    uncertainty (no more than up to its slowest block), and ``WANDER_Z`` standard deviations
+    uncertainty (up to ``ERROR_BAR``), and ``WANDER_Z`` standard deviations
     of the level's healthy variation. That variation is estimated from how far chunk medians
     fell below the baseline as they joined it (a slowdown only makes chunks slower, so a
     ramp that partly joins the baseline does not inflate it), plus the current level's own
@@ -117,7 +122,6 @@ class SlowdownDetector:
         self._warmup_left = warmup_blocks
         self._chunk: list[float] = []  # log levels of the chunk being filled
         self._held: deque[float] = deque()  # log levels waiting for the sum to clear them
-        self._slowest = -math.inf  # the highest log level that joined the baseline
         self._chunks: deque[float] = deque(maxlen=BASELINE_CHUNKS)  # medians of the newest chunks
         # their squared log distance below the baseline as they joined it (0 if above)
         self._dips: deque[float] = deque(maxlen=BASELINE_CHUNKS)
@@ -172,6 +176,10 @@ class SlowdownDetector:
         held, while a slowdown is reported (they are its onset: a slowdown must not raise its
         own baseline and noise). A sum that stays up with no report lets its oldest held
         block join after a chunk's worth, so a lasting small excess is followed."""
+        if not self._chunks:  # the first chunk follows the start, unless already past h
+            if not self._cusum.alarm:
+                self._add_to_baseline(level)
+            return
         held = self._held
         if self._active:
             held.clear()
@@ -185,7 +193,6 @@ class SlowdownDetector:
 
     def _add_to_baseline(self, level: float) -> None:
         """Fill the chunk; the first one sets the baseline and the noise as it grows."""
-        self._slowest = max(self._slowest, level)
         chunk = self._chunk
         first = not self._chunks
         chunk.append(level)
@@ -207,15 +214,15 @@ class SlowdownDetector:
 
     def _bar(self) -> float:
         """The ratio the current level must reach: ``LEAST_REPORTED`` plus ``BASELINE_Z``
-        standard errors of the baseline's median (at most up to the slowest block that
-        joined it), and at least ``WANDER_Z`` standard deviations of what a healthy level
-        does: its wander (twice the mean squared dip of the chunks below the baseline, the
-        lower half of a symmetric spread; it holds their measurement noise too) plus the
-        current level's own error."""
+        standard errors of the baseline's median (up to ``ERROR_BAR``, or the slowest block
+        that joined it if slower), and at least ``WANDER_Z`` standard deviations of what a
+        healthy level does: its wander (twice the mean squared dip of the chunks below the
+        baseline, the lower half of a symmetric spread; it holds their measurement noise
+        too) plus the current level's own error."""
         noise = self._noise * math.sqrt(self._variance_factor)
         blocks = max(len(self._chunks), 1) * self._chunk_size
         error = BASELINE_Z * MEDIAN_EFFICIENCY * noise / math.sqrt(blocks)
-        bar = math.log(LEAST_REPORTED) + min(error, self._slowest - math.log(self.baseline))
+        bar = math.log(LEAST_REPORTED) + min(error, math.log(ERROR_BAR / LEAST_REPORTED))
         if len(self._dips) < MIN_WANDER_CHUNKS:
             return math.exp(bar)
         wander = 2 * sum(self._dips) / len(self._dips)
