@@ -40,11 +40,10 @@ BASELINE_Z = 3.0
 autocorrelated first half hour is uncertain by a few percent, and a bar that ignores this
 is crossed by healthy runs whose baseline happened to be low; capped by ``ERROR_BAR``."""
 ERROR_BAR = 1.5
-"""The highest the baseline's error may lift the bar, unless the slowest block the baseline
-holds is slower still (its true level cannot be slower than that block). A disturbed start
-(a host busy, then idle) gives a short run autocorrelated blocks whose error alone set a
-bar of 3.1x, under which CI missed a 2.2x slowdown; the slowest block alone (1.1-1.2x for
-sub-millisecond steps) let a healthy 40-s run's drift of 1.13-1.23x be reported half the
+"""The highest the baseline's error may lift the bar. A disturbed start (a host busy, then
+idle) gives a short run autocorrelated blocks whose error alone set a bar of 3.1x, under
+which CI missed a 2.2x slowdown; a cap at the slowest block of the baseline (1.1-1.2x for
+sub-millisecond steps) let a healthy 40-s run's drift of 1.13-1.27x be reported half the
 time. Half again as slow, held until the sum is past ``h``, is worth a warning whatever the
 baseline's uncertainty."""
 WANDER_Z = 4.5
@@ -82,10 +81,11 @@ class SlowdownDetector:
     spans ``MIN_BLOCK_SECONDS``. The first ``warmup_blocks`` blocks (tracing, caches filling)
     are skipped. The baseline is the median of chunk medians: chunks of ``baseline_blocks``
     blocks (testing starts once ``min_baseline_blocks`` of the first are in, so short runs
-    are watched too), the newest ``BASELINE_CHUNKS``. A block joins a chunk only once the sum
-    has cleared it (:meth:`_clear_for_baseline`). So the baseline gets more precise as the
-    run goes on (a slow wander averages out instead of staying frozen in the first half
-    hour) and a slowdown never joins it, not even its first blocks before the report.
+    are watched too), the newest ``BASELINE_CHUNKS``. The first chunk takes the blocks that
+    come while the sum is not past ``h`` (a start that settles slowly is followed); later
+    ones take a block only once the sum has cleared it (:meth:`_clear_for_baseline`). So
+    the baseline gets more precise as the run goes on (a slow wander averages out instead
+    of staying frozen in the first half hour) and a slowdown does not join it.
 
     Each block adds ``log(block / baseline) - k``, capped at ``h / 2`` so that no single odd
     block (a checkpoint and a slow first step of an epoch closed into one) can alarm alone.
@@ -94,13 +94,12 @@ class SlowdownDetector:
     onset. A slowdown is reported while the sum is past ``h`` and the current level (the
     Theil-Sen line through the blocks since the onset, at the newest one: a ramp's median
     lags) passes the bar (:meth:`_bar`): ``LEAST_REPORTED`` times the baseline plus its
-    uncertainty (up to ``ERROR_BAR``), and ``WANDER_Z`` standard deviations
-    of the level's healthy variation. That variation is estimated from how far chunk medians
-    fell below the baseline as they joined it (a slowdown only makes chunks slower, so a
-    ramp that partly joins the baseline does not inflate it), plus the current level's own
-    error. It is gradual when the level took
-    longer than ``RECENT_BLOCKS`` blocks to climb from a quarter to three quarters of the
-    current ratio, abrupt when it jumped.
+    uncertainty (up to ``ERROR_BAR``), and ``WANDER_Z`` standard deviations of the level's
+    healthy variation. That variation is estimated from how far chunk medians fell below
+    the baseline as they joined it (a slowdown only makes chunks slower, so a ramp that
+    partly joins the baseline does not inflate it), plus the current level's own error. It
+    is gradual when the level took longer than ``RECENT_BLOCKS`` blocks to climb from a
+    quarter to three quarters of the current ratio, abrupt when it jumped.
     """
 
     name = "slowdown"
@@ -171,11 +170,12 @@ class SlowdownDetector:
         self._clear_for_baseline(level)
 
     def _clear_for_baseline(self, level: float) -> None:
-        """Let a block join the baseline once the sum has cleared it: at once at a zero sum;
-        held while the sum is up, and joining when it is back at zero; dropped, with those
-        held, while a slowdown is reported (they are its onset: a slowdown must not raise its
-        own baseline and noise). A sum that stays up with no report lets its oldest held
-        block join after a chunk's worth, so a lasting small excess is followed."""
+        """Past the first chunk, let a block join the baseline once the sum has cleared it: at
+        once at a zero sum; held while the sum is up, and joining when it is back at zero;
+        dropped, with those held, while a slowdown is reported (they are its onset: a
+        slowdown must not raise its own baseline). A sum that stays up with no report lets
+        its oldest held block join after a chunk's worth, so a lasting small excess is
+        followed."""
         if not self._chunks:  # the first chunk follows the start, unless already past h
             if not self._cusum.alarm:
                 self._add_to_baseline(level)
@@ -214,11 +214,10 @@ class SlowdownDetector:
 
     def _bar(self) -> float:
         """The ratio the current level must reach: ``LEAST_REPORTED`` plus ``BASELINE_Z``
-        standard errors of the baseline's median (up to ``ERROR_BAR``, or the slowest block
-        that joined it if slower), and at least ``WANDER_Z`` standard deviations of what a
-        healthy level does: its wander (twice the mean squared dip of the chunks below the
-        baseline, the lower half of a symmetric spread; it holds their measurement noise
-        too) plus the current level's own error."""
+        standard errors of the baseline's median (up to ``ERROR_BAR``), and at least
+        ``WANDER_Z`` standard deviations of what a healthy level does: its wander (twice the
+        mean squared dip of the chunks below the baseline, the lower half of a symmetric
+        spread; it holds their measurement noise too) plus the current level's own error."""
         noise = self._noise * math.sqrt(self._variance_factor)
         blocks = max(len(self._chunks), 1) * self._chunk_size
         error = BASELINE_Z * MEDIAN_EFFICIENCY * noise / math.sqrt(blocks)
