@@ -46,6 +46,11 @@ which CI missed a 2.2x slowdown; a cap at the slowest block of the baseline (1.1
 sub-millisecond steps) let a healthy 40-s run's drift of 1.13-1.27x be reported half the
 time. Half again as slow, held until the sum is past ``h``, is worth a warning whatever the
 baseline's uncertainty."""
+FIRST_CHUNK_BAR = 1.4
+"""The least a slowdown must reach while the baseline rests on its first chunk alone: the
+run has shown nothing of its own wander yet, and on a shared host a healthy 40-s run of
+sub-millisecond steps drifted by 1.13-1.32x (CI here), while injected slowdowns of short
+runs are 2x or more (the 3x within seconds of issue 4)."""
 WANDER_Z = 4.5
 """Standard deviations of the level's healthy variation the current level must also exceed.
 A run whose level wanders by 2 % (hours-long mean reversion) sits 8 % above its day-long
@@ -222,6 +227,8 @@ class SlowdownDetector:
         blocks = max(len(self._chunks), 1) * self._chunk_size
         error = BASELINE_Z * MEDIAN_EFFICIENCY * noise / math.sqrt(blocks)
         bar = math.log(LEAST_REPORTED) + min(error, math.log(ERROR_BAR / LEAST_REPORTED))
+        if not self._chunks:
+            return math.exp(max(bar, math.log(FIRST_CHUNK_BAR)))
         if len(self._dips) < MIN_WANDER_CHUNKS:
             return math.exp(bar)
         wander = 2 * sum(self._dips) / len(self._dips)
