@@ -99,7 +99,8 @@ class SlowdownDetector:
     onset. A slowdown is reported while the sum is past ``h`` and the current level (the
     Theil-Sen line through the blocks since the onset, at the newest one: a ramp's median
     lags) passes the bar (:meth:`_bar`): ``LEAST_REPORTED`` times the baseline plus its
-    uncertainty (up to ``ERROR_BAR``), and ``WANDER_Z`` standard deviations of the level's
+    uncertainty (up to ``ERROR_BAR``; ``FIRST_CHUNK_BAR`` at least while the baseline has
+    only its first chunk), and ``WANDER_Z`` standard deviations of the level's
     healthy variation. That variation is estimated from how far chunk medians fell below
     the baseline as they joined it (a slowdown only makes chunks slower, so a ramp that
     partly joins the baseline does not inflate it), plus the current level's own error. It
@@ -219,10 +220,11 @@ class SlowdownDetector:
 
     def _bar(self) -> float:
         """The ratio the current level must reach: ``LEAST_REPORTED`` plus ``BASELINE_Z``
-        standard errors of the baseline's median (up to ``ERROR_BAR``), and at least
-        ``WANDER_Z`` standard deviations of what a healthy level does: its wander (twice the
-        mean squared dip of the chunks below the baseline, the lower half of a symmetric
-        spread; it holds their measurement noise too) plus the current level's own error."""
+        standard errors of the baseline's median (up to ``ERROR_BAR``; ``FIRST_CHUNK_BAR``
+        at least before the first chunk is complete), and at least ``WANDER_Z`` standard
+        deviations of what a healthy level does: its wander (twice the mean squared dip of
+        the chunks below the baseline, the lower half of a symmetric spread; it holds their
+        measurement noise too) plus the current level's own error."""
         noise = self._noise * math.sqrt(self._variance_factor)
         blocks = max(len(self._chunks), 1) * self._chunk_size
         error = BASELINE_Z * MEDIAN_EFFICIENCY * noise / math.sqrt(blocks)
