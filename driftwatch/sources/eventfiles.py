@@ -292,7 +292,8 @@ class EventFileSource:
     def _discover(self, tb: _Tensorboard, now: float) -> None:
         """Tail each event file the target has open, or that is under a logdir, once: a file
         found under two names (a logdir on the host, the path a container opened it by) is
-        the same (device, inode)."""
+        the same (device, inode). A name already tailed is not looked at again (``_sizes``
+        stats it this tick anyway)."""
         found = [p for p in self._list_open_paths() if _is_event_file(p)]
         if now >= self._next_walk:
             self._next_walk = now + self._rescan_seconds
@@ -300,7 +301,10 @@ class EventFileSource:
                 self._check_logdir(logdir)
                 for root, _dirs, files in os.walk(logdir):
                     found += [os.path.join(root, f) for f in files if _is_event_file(f)]
+        tailed = {tail.path for tail in self._tails.values()}
         for path in found:
+            if path in tailed:
+                continue
             try:
                 status = os.stat(path)
             except OSError as err:
