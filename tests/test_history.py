@@ -187,7 +187,9 @@ def test_a_busy_database_defers_batches_but_never_blocks_a_tick(tmp_path: Path) 
         recorder.record(snapshot, store)
         slowest = max(slowest, time.perf_counter() - began)
     assert history.deferred > 0
-    assert slowest < 0.05
+    # A tick that waited for the lock would wait for the writer's 30-s busy timeout; the
+    # bound leaves room for a loaded machine (a CI run here saw one 194-ms tick).
+    assert slowest < 1.0
     blocker.execute("ROLLBACK")
     blocker.close()
     recorder.finish(snapshot, store, "monitoring stopped")
