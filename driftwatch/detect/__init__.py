@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from driftwatch.findings import Finding
 from driftwatch.series import Sample
@@ -35,6 +35,16 @@ class Detector(Protocol):
     def evaluate(self, now: float) -> Evaluation: ...
 
 
+@runtime_checkable
+class Concluding(Protocol):
+    """A detector with a verdict on a run that has ended, beyond what holds live."""
+
+    def conclude(self, now: float) -> Evaluation:
+        """What holds of the whole run, ended at ``now``: growth no live window could judge
+        yet (too few windows in a short run) is judged here, over all the run's data."""
+        ...
+
+
 class Engine:
     """Routes samples to the detectors that want them and gathers their evaluations."""
 
@@ -52,10 +62,14 @@ class Engine:
         for observe in self._routes.get(sample.series, ()):
             observe(sample)
 
-    def evaluate(self, now: float) -> list[Finding]:
+    def evaluate(self, now: float, *, final: bool = False) -> list[Finding]:
+        """What holds at ``now``; ``final``: the run has ended, judge all of it."""
         findings: list[Finding] = []
         for detector in self._detectors:
-            evaluation = detector.evaluate(now)
+            if final and isinstance(detector, Concluding):
+                evaluation = detector.conclude(now)
+            else:
+                evaluation = detector.evaluate(now)
             self.scores[detector.name] = evaluation.score
             findings.extend(evaluation.findings)
         return findings
