@@ -9,6 +9,9 @@ Each tick the daemon
    ``--match`` pattern finds;
 3. ticks every monitor and drops those whose target has gone, with their series.
 
+Between ticks, each monitor is sampled at its own ``Cadence``: every 0.5 s while its target
+is young or a signal moves fast, every ``interval`` otherwise.
+
 With a ``History``, each run is recorded into it, and ends there with why it was dropped
 (or that the daemon stopped); a restarted daemon resumes the runs of the processes that
 still live.
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import glob
 import logging
+import math
 import os
 import re
 import signal
@@ -53,7 +57,7 @@ from driftwatch.errors import TargetAccessDenied, TargetError, TargetGone, Usage
 from driftwatch.findings import Finding
 from driftwatch.history import History
 from driftwatch.hook.autolog import RUN_ENV
-from driftwatch.monitor import Monitor, Pacer, Snapshot, check_interval
+from driftwatch.monitor import Cadence, Monitor, Pacer, Snapshot, check_interval
 from driftwatch.pidns import find_process, start_ticks
 from driftwatch.sources import default_sources
 from driftwatch.target import Target, default_run_name
@@ -203,6 +207,8 @@ class _Watched:
     command: str
     matched: bool  # found by a pattern, not by its channel
     channel: Path | None  # the hook channel it was found by
+    cadence: Cadence
+    due: float = -math.inf  # when it is next sampled, on the monotonic clock
 
 
 class Daemon:
@@ -256,23 +262,43 @@ class Daemon:
 
     def tick(self) -> None:
         """Discover new targets, sample every target, drop the ended ones, publish."""
+        self._discover()
+        self._sample(due_only=False)
+
+    def _discover(self) -> None:
         self._discover_channels()  # first: a hooked process is named by its hook
         if self._ticks % SCAN_EVERY_TICKS == 0:
             self._forget_exited()
             self._scan_processes()
         self._ticks += 1
+
+    def _sample(self, *, due_only: bool) -> None:
+        """Sample the targets (only those whose cadence says it is time, if ``due_only``),
+        drop the ended ones and publish the snapshots."""
+        now = time.monotonic()
         for key, watched in list(self._watched.items()):
+            if due_only and now < watched.due:
+                continue
             try:
                 watched.monitor.tick()
             except TargetGone as gone:
                 self._drop(key, str(gone))
                 if watched.channel is not None:
                     self._sweep(watched.channel)
+                continue
             except Exception as err:  # one target's failure must not stop the others
                 log.exception("monitoring %s failed", watched.monitor.run)
                 self._skipped.add(key)
                 self._drop(key, f"internal error: {err!r}")
+                continue
+            monitor = watched.monitor
+            step = watched.cadence.interval(monitor.snapshot.t, monitor.moving)
+            scheduled = watched.due + step  # on schedule, unless it fell behind
+            watched.due = scheduled if scheduled > now else now + step
         self.snapshots = tuple(w.monitor.snapshot for w in self._watched.values())
+
+    def _next_due(self) -> float:
+        return min((w.due for w in self._watched.values()), default=math.inf)
 
     def _discover_channels(self) -> None:
         seen = {w.channel for w in self._watched.values()} | self._refused | self._litter
@@ -431,7 +457,8 @@ class Daemon:
             on_finding=lambda finding: self._report(name, finding),
             recorder=None if self._history is None else self._history.recorder(name, target.info),
         )
-        self._watched[key] = _Watched(monitor, command, channel is None, channel)
+        cadence = Cadence(self.config.interval, target.info.create_time)
+        self._watched[key] = _Watched(monitor, command, channel is None, channel, cadence)
         log.info("watching %s (pid %d), found by %s", name, target.pid, found_by)
 
     @staticmethod
@@ -493,6 +520,8 @@ class Daemon:
         self._refused.clear()
         self._unsafe_dirs.clear()
         self._ticks = 0  # scan the process table on the next tick
+        for watched in self._watched.values():
+            watched.cadence = Cadence(config.interval, watched.monitor.target.create_time)
         log.info(
             "configuration reloaded: %d patterns, interval %g s", len(config.rules), config.interval
         )
@@ -508,8 +537,11 @@ class Daemon:
         self._wake.set()
 
     def run(self) -> None:
-        """Tick every ``config.interval`` seconds until ``request_stop``; then close all."""
+        """Discover targets every ``config.interval`` seconds and sample each at its own
+        cadence (faster while it is young or moving fast) until ``request_stop``; then
+        close all."""
         pacer = Pacer()
+        next_discovery = time.monotonic()
         try:
             while True:
                 self._wake.clear()
@@ -518,8 +550,12 @@ class Daemon:
                 if self._reload_requested:
                     self._reload_requested = False
                     self.reload()
-                self.tick()
-                self._wake.wait(pacer.delay(self.config.interval))
+                if time.monotonic() >= next_discovery:
+                    self._discover()
+                    next_discovery = time.monotonic() + pacer.delay(self.config.interval)
+                self._sample(due_only=True)
+                wake_at = min(next_discovery, self._next_due())
+                self._wake.wait(max(0.0, wake_at - time.monotonic()))
         finally:
             self.close()
 

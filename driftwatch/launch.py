@@ -22,6 +22,8 @@ from driftwatch.series import Sample
 
 INJECT_DIR = Path(driftwatch.hook.__file__).parent / "inject"
 RETRACING_WARNING = re.compile(rb"triggered tf\.function retracing")
+DRAIN_SECONDS = 2.0
+"""How long the end of a run waits for the rest of the job's stderr, in seconds."""
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 
@@ -58,6 +60,12 @@ class StderrPump:
 
     def sample(self, now: float) -> list[Sample]:
         return [Sample("retracing_warnings_total", float(self.retracing_warnings), now)]
+
+    def drain(self, now: float) -> list[Sample]:
+        """The count once the job's stderr has reached its end (or after ``DRAIN_SECONDS``:
+        a child the job left behind may hold the pipe open)."""
+        self._thread.join(DRAIN_SECONDS)
+        return self.sample(now)
 
     def close(self) -> None:
         """Wait for the job's last words (its stderr closes when it exits)."""

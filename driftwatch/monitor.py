@@ -2,7 +2,10 @@
 
 The sampler thread is the only writer. After each tick it publishes an immutable
 ``Snapshot``; exporters and views read the latest one with a single attribute load, so
-scrapes never block sampling and need no locks.
+scrapes never block sampling and need no locks. When the target exits, the tick that finds
+it gone reads every other source to its end and judges the whole run before it says so:
+what a job did in its last second is in the findings, the history and the last snapshot.
+Sampling adapts (``Cadence``): fast while a target is young or a signal moves fast.
 """
 
 from __future__ import annotations
@@ -18,8 +21,8 @@ from driftwatch.detect import Engine
 from driftwatch.errors import SourceUnavailable, TargetGone, UsageError
 from driftwatch.findings import Diagnosis, Finding, worst_per_kind
 from driftwatch.history import RunRecorder
-from driftwatch.series import SERIES, Export, LabelSetLimit, SeriesKey
-from driftwatch.sources import Source
+from driftwatch.series import SERIES, Export, LabelSetLimit, Sample, SeriesKey
+from driftwatch.sources import Draining, Source
 from driftwatch.store import Store
 from driftwatch.target import TargetInfo
 
@@ -31,6 +34,24 @@ STOPPED = "monitoring stopped"
 """Why monitoring ended when driftwatch was told to stop, not the target."""
 
 MIN_INTERVAL, MAX_INTERVAL = 0.05, 3600.0
+FAST_INTERVAL = 0.5
+"""Seconds between samples while a target is young or one of its signals moves fast."""
+YOUNG_SECONDS = 300.0
+"""A target is young for this many seconds after its process started."""
+FAST_HOLD_SECONDS = 60.0
+"""Sampling stays fast this many seconds after a signal last moved fast."""
+FAST_EVENT_FILE_RATE = (1 << 30) / 3600
+"""Event-file bytes per second that count as moving fast (1 GiB/h)."""
+FAST_MEMORY_LIMITS = {
+    "rss_bytes": "memory_limit_bytes",
+    "gpu_process_memory_bytes": "gpu_memory_total_bytes",
+}
+"""Memory series watched for fast moves, and the series of their limit."""
+FAST_FILE_SERIES = "event_file_bytes"
+"""The event-file series watched for fast growth (all of a run's files, in bytes)."""
+FAST_MEMORY_HORIZON = 3600.0
+"""Memory moves fast when, at its rate since the last sample, it would reach its limit
+within this many seconds."""
 
 
 def check_interval(interval: float, what: str = "--interval") -> float:
@@ -92,28 +113,64 @@ class Monitor:
         reported; kept after it stops holding."""
         self._announced: dict[str, set[Diagnosis]] = {}
         self._ticks = 0
+        self.moving = FastSignals()
+        """When a signal last moved fast, for the sampling ``Cadence``."""
         self.snapshot = Snapshot(run, target, clock(), 0)
 
     def tick(self) -> Snapshot:
+        """Sample every source and evaluate the detectors.
+
+        Raises ``TargetGone`` once the target is gone, after the last reading: every other
+        source read to its end, the detectors' verdict on the whole run, the snapshot and
+        the history updated.
+        """
         now = self._clock()
         for source in self._sources:
             if source.name in self._down:
                 continue
             try:
-                samples = source.sample(now)
+                self._read(source, source.sample, now)
             except TargetGone:
+                self._conclude(gone_from=source)
                 raise
-            except SourceUnavailable as err:
-                self._disable(source, str(err))
-            except Exception as err:  # a bug in one source must not end monitoring
-                log.exception("source %s failed", source.name)
-                self._disable(source, f"internal error: {err!r}")
-            else:
-                samples = self._label_sets.admit(samples)
-                self.store.extend(samples)
-                for sample in samples:
-                    self._engine.observe(sample)
-        findings = self._engine.evaluate(now)
+        self._publish(now, self._engine.evaluate(now))
+        return self.snapshot
+
+    def _read(self, source: Source, read: Callable[[float], list[Sample]], now: float) -> None:
+        """Feed what ``read`` returns to the store and the detectors; ``TargetGone`` passes."""
+        try:
+            samples = read(now)
+        except TargetGone:
+            raise
+        except SourceUnavailable as err:
+            self._disable(source, str(err))
+        except Exception as err:  # a bug in one source must not end monitoring
+            log.exception("source %s failed", source.name)
+            self._disable(source, f"internal error: {err!r}")
+        else:
+            samples = self._label_sets.admit(samples)
+            self.store.extend(samples)
+            self.moving.observe(samples)
+            for sample in samples:
+                self._engine.observe(sample)
+
+    def _conclude(self, gone_from: Source) -> None:
+        """The target has exited (``gone_from`` found out): read what every other source
+        still holds (one that needs the live process has nothing more), then judge the
+        whole run."""
+        now = self._clock()
+        for source in self._sources:
+            if source is gone_from or source.name in self._down:
+                continue
+            read = source.drain if isinstance(source, Draining) else source.sample
+            try:
+                self._read(source, read, now)
+            except TargetGone:
+                continue
+        self._publish(now, self._engine.evaluate(now, final=True))
+
+    def _publish(self, now: float, findings: list[Finding]) -> None:
+        """Announce news among ``findings``, publish the snapshot and hand it to history."""
         for kind, finding in worst_per_kind(findings).items():
             self.reported[kind] = finding
             # Announced when first seen, and again when its severity or diagnosis becomes one
@@ -139,7 +196,6 @@ class Monitor:
         )
         if self._recorder is not None:
             self._recorder.record(self.snapshot, self.store)
-        return self.snapshot
 
     def _disable(self, source: Source, reason: str) -> None:
         self._down[source.name] = reason
@@ -176,10 +232,12 @@ def watch(
     stop: threading.Event,
     on_tick: Callable[[Snapshot], None] = lambda snapshot: None,
 ) -> str | None:
-    """Tick every ``interval`` seconds until the target is gone or ``stop`` is set.
+    """Sample ``monitor`` until the target is gone or ``stop`` is set, at the pace its
+    ``Cadence`` sets for the configured ``interval``.
 
     Returns why monitoring ended when the target went away, ``None`` when stopped.
     """
+    cadence = Cadence(interval, monitor.target.create_time)
     pacer = Pacer()
     ended = STOPPED
     try:
@@ -189,10 +247,67 @@ def watch(
             except TargetGone as gone:
                 ended = str(gone)
                 return ended
-            stop.wait(pacer.delay(interval))
+            stop.wait(pacer.delay(cadence.interval(monitor.snapshot.t, monitor.moving)))
         return None
     finally:
         monitor.close(ended)
+
+
+class FastSignals:
+    """Notices a signal moving fast: memory that would reach its limit within
+    ``FAST_MEMORY_HORIZON`` at its rate since the previous sample, or event files growing
+    ``FAST_EVENT_FILE_RATE`` or more. Only the newest two readings of a few series are kept."""
+
+    def __init__(self) -> None:
+        self.last_fast = -math.inf
+        """Sample time at which a signal last moved fast."""
+        self._previous: dict[SeriesKey, tuple[float, float]] = {}
+        self._limits: dict[SeriesKey, float] = {}
+
+    def observe(self, samples: Sequence[Sample]) -> None:
+        limits = FAST_MEMORY_LIMITS.values()
+        for sample in samples:
+            if sample.series in limits:
+                self._limits[(sample.series, sample.labels)] = sample.value
+        for sample in samples:
+            if sample.series in FAST_MEMORY_LIMITS or sample.series == FAST_FILE_SERIES:
+                self._check(sample)
+
+    def _check(self, sample: Sample) -> None:
+        key = (sample.series, sample.labels)
+        previous = self._previous.get(key)
+        self._previous[key] = (sample.t, sample.value)
+        if previous is None or not sample.t > previous[0]:
+            return
+        rate = (sample.value - previous[1]) / (sample.t - previous[0])
+        if not rate > 0:
+            return
+        if sample.series == FAST_FILE_SERIES:
+            fast = rate >= FAST_EVENT_FILE_RATE
+        else:
+            limit_series = FAST_MEMORY_LIMITS[sample.series]
+            limit = self._limits.get(
+                (limit_series, sample.labels), self._limits.get((limit_series, ()), math.nan)
+            )
+            fast = (limit - sample.value) / rate < FAST_MEMORY_HORIZON
+        if fast:
+            self.last_fast = max(self.last_fast, sample.t)
+
+
+class Cadence:
+    """How long to wait before the next sample: ``FAST_INTERVAL`` while the target is young
+    (``YOUNG_SECONDS`` after its process started) or within ``FAST_HOLD_SECONDS`` of a
+    signal moving fast; the configured ``interval`` otherwise (and always, when it is the
+    shorter)."""
+
+    def __init__(self, interval: float, started: float) -> None:
+        self.configured = interval
+        self._young_until = started + YOUNG_SECONDS
+
+    def interval(self, now: float, moving: FastSignals) -> float:
+        if now < self._young_until or now < moving.last_fast + FAST_HOLD_SECONDS:
+            return min(FAST_INTERVAL, self.configured)
+        return self.configured
 
 
 class Pacer:

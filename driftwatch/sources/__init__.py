@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from driftwatch.channel import channel_path, runtime_dir
 from driftwatch.series import Sample
@@ -29,6 +29,16 @@ class Source(Protocol):
 
     def close(self) -> None:
         """Release files and handles; called once when monitoring ends."""
+        ...
+
+
+@runtime_checkable
+class Draining(Protocol):
+    """A source that holds data the target wrote before it exited, read by ``drain``;
+    other sources are read once more with ``sample``."""
+
+    def drain(self, now: float) -> list[Sample]:
+        """Everything left to read, now that the target has exited: no time budget."""
         ...
 
 

@@ -16,6 +16,7 @@ completely written is retried on the next read.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import heapq
 import logging
@@ -270,8 +271,20 @@ class EventFileSource:
         self._tails: dict[tuple[int, int], _Tail] = {}  # by the file's (device, inode)
         self._any_file = False
         self._progress = StepProgress()
+        self._neighbours: list[str] = []  # directories of tailed files, listed by ``drain``
 
     def sample(self, now: float) -> list[Sample]:
+        return self._sample(now, time.monotonic() + self._read_budget_seconds)
+
+    def drain(self, now: float) -> list[Sample]:
+        """Every file read to its end: the logdirs and the directories of the files already
+        tailed are walked once more (the target's open files are gone with it)."""
+        self._open_paths = None  # gone with the process
+        self._next_walk = -math.inf
+        self._neighbours = sorted({os.path.dirname(tail.path) for tail in self._tails.values()})
+        return self._sample(now, math.inf)
+
+    def _sample(self, now: float, deadline: float) -> list[Sample]:
         tb = _tensorboard()
         self._discover(tb, now)
         sizes = self._sizes()
@@ -280,7 +293,7 @@ class EventFileSource:
             Sample("event_file_bytes", float(sum(sizes)), now),
             Sample("event_file_largest_bytes", float(max(sizes, default=0)), now),
         ]
-        samples += self._read()
+        samples += self._read(deadline)
         if self._any_file:
             samples.append(Sample("nonfinite_total", float(self._progress.nonfinite), now))
         if self._progress.top is not None and self._track_steps():
@@ -295,6 +308,9 @@ class EventFileSource:
         the same (device, inode). A name already tailed is not looked at again (``_sizes``
         stats it this tick anyway)."""
         found = [p for p in self._list_open_paths() if _is_event_file(p)]
+        for directory in self._neighbours:  # not walked: a file may sit in /tmp itself
+            with contextlib.suppress(OSError):
+                found += [e.path for e in os.scandir(directory) if _is_event_file(e.name)]
         if now >= self._next_walk:
             self._next_walk = now + self._rescan_seconds
             for logdir in self._logdirs:
@@ -346,9 +362,9 @@ class EventFileSource:
                 log.debug("cannot stat %s: %s", tail.path, err)
         return sizes
 
-    def _read(self) -> list[Sample]:
-        """Consume new scalars of all files in wall-time order; ``step_seconds`` samples."""
-        deadline = time.monotonic() + self._read_budget_seconds
+    def _read(self, deadline: float) -> list[Sample]:
+        """Consume new scalars of all files in wall-time order, until the ``deadline`` (on
+        the monotonic clock); ``step_seconds`` samples."""
         track_steps = self._track_steps()
         streams = [tail.scalars(deadline) for tail in self._tails.values()]
         samples = []

@@ -10,7 +10,7 @@ import logging
 import os
 from pathlib import Path
 
-from driftwatch.channel import ChannelError, ChannelReader
+from driftwatch.channel import ChannelError, ChannelReader, Record
 from driftwatch.hook.protocol import RUNTIME_META, SERIES_META, Kind
 from driftwatch.series import (
     MAX_LABEL_SETS,
@@ -74,7 +74,21 @@ class HookSource:
         reader = self._reader or self._connect()
         if reader is None:
             return []
-        records, _lost = reader.read()
+        return self._samples(reader, reader.read()[0], now)
+
+    def drain(self, now: float) -> list[Sample]:
+        """The channel read until it is empty (a writer that died mid-record leaves it
+        abandoned, which the reader skips)."""
+        reader = self._reader or self._connect()
+        samples: list[Sample] = []
+        while reader is not None:
+            records, _lost = reader.read()
+            if not records:
+                break
+            samples += self._samples(reader, records, now)
+        return samples
+
+    def _samples(self, reader: ChannelReader, records: list[Record], now: float) -> list[Sample]:
         self._table_read = False
         samples: list[Sample] = []
         last_step = None
