@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import math
 import threading
 
 import pytest
@@ -8,7 +9,17 @@ from driftwatch.detect import Engine, Evaluation
 from driftwatch.detect.basic import NonFiniteDetector, StallDetector
 from driftwatch.errors import SourceUnavailable, TargetGone
 from driftwatch.findings import Finding, Severity
-from driftwatch.monitor import Monitor, Snapshot, watch
+from driftwatch.monitor import (
+    FAST_EVENT_FILE_RATE,
+    FAST_HOLD_SECONDS,
+    FAST_INTERVAL,
+    YOUNG_SECONDS,
+    Cadence,
+    FastSignals,
+    Monitor,
+    Snapshot,
+    watch,
+)
 from driftwatch.series import Sample
 from driftwatch.store import Store
 from driftwatch.target import TargetInfo
@@ -195,3 +206,86 @@ def test_watch_stops_when_asked() -> None:
 
     assert watch(monitor, 0.01, stop, on_tick) is None
     assert len(ticks) == 3
+
+
+class DrainingSource(ScriptedSource):
+    """A source whose data outlives the target (a channel, event files): ``drain`` returns
+    its ``rest`` once."""
+
+    def __init__(self, name: str, series: str, rest: float) -> None:
+        super().__init__(name, series, [])
+        self.rest: list[float] = [rest]
+
+    def sample(self, now: float) -> list[Sample]:
+        return []
+
+    def drain(self, now: float) -> list[Sample]:
+        return [Sample(self.series, value, now) for value in self.rest[:1]]
+
+
+class ConcludingDetector(ScriptedDetector):
+    """Says nothing live; its verdict on the whole run names the last value it saw."""
+
+    series = frozenset({"hook_nonfinite_total"})
+
+    def __init__(self) -> None:
+        super().__init__([])
+        self.seen: list[float] = []
+
+    def observe(self, sample: Sample) -> None:
+        self.seen.append(sample.value)
+
+    def conclude(self, now: float) -> Evaluation:
+        finding = Finding("nonfinite", Severity.CRITICAL, now, f"saw {self.seen}")
+        return Evaluation(1.0, (finding,))
+
+
+def test_a_target_that_exits_has_its_sources_drained_and_the_whole_run_judged() -> None:
+    process = ScriptedSource("process", "rss_bytes", [1.0, TargetGone(1234, "exited")])
+    hook = DrainingSource("hook", "hook_nonfinite_total", 1.0)
+    told: list[Finding] = []
+    monitor = Monitor(
+        "run",
+        INFO,
+        [process, hook],
+        Engine([ConcludingDetector()]),
+        clock=Clock(),
+        on_finding=told.append,
+    )
+    assert monitor.tick().findings == ()
+    with pytest.raises(TargetGone):
+        monitor.tick()
+    assert [f.message for f in told] == ["saw [1.0]"]
+    assert monitor.snapshot.findings == tuple(told)
+    assert monitor.snapshot.values[("hook_nonfinite_total", ())] == 1.0
+    assert process.script == []  # the source that found the target gone is not read again
+
+
+def test_sampling_is_fast_while_a_target_is_young_then_at_the_interval() -> None:
+    cadence = Cadence(2.0, started=1000.0)
+    quiet = FastSignals()
+    assert cadence.interval(1000.0 + YOUNG_SECONDS - 1, quiet) == FAST_INTERVAL
+    assert cadence.interval(1000.0 + YOUNG_SECONDS + 1, quiet) == 2.0
+    assert Cadence(0.1, started=1000.0).interval(1001.0, quiet) == 0.1  # never slower
+
+
+def test_sampling_is_fast_for_a_while_after_memory_heads_for_its_limit() -> None:
+    cadence = Cadence(2.0, started=0.0)
+    signals = FastSignals()
+    now = 10_000.0
+    gib = float(1 << 30)
+    signals.observe([Sample("memory_limit_bytes", 16 * gib, now), Sample("rss_bytes", gib, now)])
+    signals.observe([Sample("rss_bytes", gib + 1e6, now + 2)])  # 0.5 MB/s: 9 h to the limit
+    assert cadence.interval(now + 2, signals) == 2.0
+    signals.observe([Sample("rss_bytes", gib + 1e6 + 20e6, now + 4)])  # 10 MB/s: 25 min
+    assert cadence.interval(now + 4, signals) == FAST_INTERVAL
+    assert cadence.interval(now + 4 + FAST_HOLD_SECONDS + 1, signals) == 2.0
+
+
+def test_sampling_is_fast_while_event_files_grow_a_gibibyte_an_hour() -> None:
+    signals = FastSignals()
+    signals.observe([Sample("event_file_bytes", 0.0, 0.0)])
+    signals.observe([Sample("event_file_bytes", 0.9 * FAST_EVENT_FILE_RATE, 1.0)])
+    assert signals.last_fast == -math.inf
+    signals.observe([Sample("event_file_bytes", 2.0 * FAST_EVENT_FILE_RATE, 2.0)])
+    assert signals.last_fast == 2.0
