@@ -2,28 +2,45 @@
 
 A samples file has one JSON object per line: ``{"t": <unix seconds>, "series": <name>,
 "value": <number>}`` with an optional ``"labels": {...}``, series named as in ``SERIES``
-(see the README), in time order.
+(see the README), in time order: a record up to ``REORDER_SECONDS`` early is put in its
+place.
+
+The recording is replayed as a live monitor would watch it, with one difference that keeps
+the cost in proportion to the records rather than to the time they span: a silence of more
+than ``GAP_SECONDS`` (no record of any series) is a gap, where the run was stopped or paused
+and later resumed (or a record is misdated). Nothing is judged inside a gap: each side is
+judged as a run of its own, ended at its last record, and the gap is stated as a
+``recording_gap`` finding. Inside a shorter silence (a hang the stall detector should
+report) the detectors are asked at ever sparser times (``_silence_ticks``). Nothing is
+judged after the last record.
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import json
 import math
-from collections.abc import Iterable, Iterator
-from dataclasses import replace
+import operator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from driftwatch.detect import Engine
 from driftwatch.detect.catalog import default_engine
 from driftwatch.errors import DriftwatchError
-from driftwatch.findings import Finding
+from driftwatch.findings import Finding, Severity
 from driftwatch.series import SERIES, Sample
 from driftwatch.sources.eventfiles import replay_logdir
+from driftwatch.units import human_seconds, local_time
 
 EVALUATE_EVERY_SECONDS = 30.0
-"""How often, in the recording's time, the detectors are asked what holds: as a live
-monitor would, a little less often (findings' onsets are estimated, not tick-bound)."""
+"""How often, in the recording's time, the detectors are asked what holds (seconds)."""
+GAP_SECONDS = 6 * 3600.0
+"""A silence in the records longer than this is a gap: a stopped run resumed (seconds)."""
+REORDER_SECONDS = 60.0
+"""How far before the newest record so far a samples file's record may be (seconds)."""
 
 
 class RecordingError(DriftwatchError):
@@ -60,18 +77,25 @@ def _parse(path: Path, lines: list[str], first: int) -> Iterable[tuple[int, Any]
     return decoded
 
 
+_TIME = operator.attrgetter("t")
+
+
 def read_samples(path: Path) -> Iterator[Sample]:
-    """The samples of a recording, checked line by line (a hot loop: kept lean)."""
+    """The samples of a recording in time order, checked line by line (a hot loop: kept
+    lean). Each batch of lines is sorted only if it holds a record earlier than one before
+    it, and samples are handed on once no later record may come before them."""
     try:
         lines = path.open(encoding="utf-8")
     except OSError as err:
         raise RecordingError(f"{path}: cannot read: {err.strerror}") from err
     known = SERIES.keys()
     numbers = (int, float)
-    last_t = -math.inf
+    newest = -math.inf
+    pending: list[Sample] = []  # read, not yet handed on; in time order between batches
     first = 1
     with lines:
         while batch := list(itertools.islice(lines, BATCH_LINES)):
+            disordered = False
             for number, record in _parse(path, batch, first):
                 try:
                     t = record["t"]
@@ -85,60 +109,151 @@ def read_samples(path: Path) -> Iterator[Sample]:
                     raise RecordingError(
                         f"{path}:{number}: unknown series {series!r} (see the README)"
                     )
-                if t < last_t:
+                if t >= newest:
+                    newest = t
+                elif t >= newest - REORDER_SECONDS:
+                    disordered = True
+                else:
                     raise RecordingError(
-                        f"{path}:{number}: time goes backwards ({t} after {last_t})"
+                        f"{path}:{number}: time goes backwards by {human_seconds(newest - t)} "
+                        f"({t} after {newest}; records may be at most "
+                        f"{REORDER_SECONDS:.0f} s out of order)"
                     )
-                last_t = t
                 labels = record.get("labels")
                 if labels is None:
-                    yield Sample(series, math.nan if value is None else value, t)
+                    pending.append(Sample(series, math.nan if value is None else value, t))
                 elif isinstance(labels, dict):
                     items = tuple(sorted((str(k), str(v)) for k, v in labels.items()))
-                    yield Sample(series, math.nan if value is None else value, t, items)
+                    pending.append(Sample(series, math.nan if value is None else value, t, items))
                 else:
                     raise RecordingError(f"{path}:{number}: labels must be an object")
             first += len(batch)
+            if disordered:
+                pending.sort(key=_TIME)  # stable: records of one time keep their order
+            settled = bisect.bisect_right(pending, newest - REORDER_SECONDS, key=_TIME)
+            yield from itertools.islice(pending, settled)
+            del pending[:settled]
+    yield from pending
 
 
-def detect(samples: Iterable[Sample], every: float = EVALUATE_EVERY_SECONDS) -> list[Finding]:
-    """Run the default detectors over ``samples`` (in time order), as live every ``every``
-    seconds of their time; each kind's latest finding, with when it was first reported."""
-    engine = default_engine()
-    first_reported: dict[str, float] = {}
-    latest: dict[str, Finding] = {}
-    next_evaluation = math.nan
-    t = math.nan
+def _silence_ticks(first: float, until: float, every: float) -> Iterator[float]:
+    """The times in ``[first, until]`` at which the detectors are asked, of those on the
+    ``every`` grid from ``first``: ``first`` and then ever sparser (offsets of 1, 3, 7, 15,
+    ... ticks), and the last one. With records more often than ``every``, that is each tick;
+    a long silence costs a few evaluations (a stall is reported at most about twice as late
+    after the last step as live), not one per tick."""
+    last = math.floor((until - first) / every)
+    offset = 0
+    while offset < last:
+        yield first + offset * every
+        offset = 2 * offset + 1
+    yield first + last * every
 
-    def evaluate(now: float) -> None:
-        for finding in engine.evaluate(now):
-            first_reported.setdefault(finding.kind, now)
-            latest[finding.kind] = finding
 
-    for sample in samples:
+@dataclass
+class _Part:
+    """One stretch of a recording without a gap: a run of its own."""
+
+    engine: Engine
+    start: float = math.nan  # its first sample's time
+    first: int = 0  # its first sample's index in the recording
+    end: float = math.nan  # its last sample's time, once it has ended
+    samples: int = 0  # and their number
+    first_reported: dict[str, float] = field(default_factory=dict)
+    latest: dict[str, Finding] = field(default_factory=dict)
+
+    def evaluate(self, now: float, final: bool = False) -> None:
+        for finding in self.engine.evaluate(now, final=final):
+            self.first_reported.setdefault(finding.kind, now)
+            self.latest[finding.kind] = finding
+
+    def conclude(self, end: float, next_index: int) -> _Part:
+        """Judge the part as a run that ended at ``end``, its last sample's time."""
+        self.end, self.samples = end, next_index - self.first
+        self.evaluate(end, final=True)
+        return self
+
+    def findings(self) -> list[tuple[float, Finding]]:
+        """Each kind's latest finding, with when it was first reported."""
+        return [
+            (self.first_reported[kind], _reported(finding, self.first_reported[kind]))
+            for kind, finding in self.latest.items()
+        ]
+
+    def describe(self) -> str:
+        span = self.end - self.start
+        what = "records of one instant" if span == 0 else f"{human_seconds(span)} of records"
+        return f"{what} ({self.samples:,} samples)"
+
+
+def _reported(finding: Finding, at: float) -> Finding:
+    return replace(finding, evidence={**finding.evidence, "first_reported": at})
+
+
+def _gap_finding(before: _Part, after: _Part) -> Finding:
+    length = after.start - before.end
+    message = (
+        f"no records for {human_seconds(length)}, from {local_time(before.end)} to "
+        f"{local_time(after.start)}: the run was stopped or paused and resumed there (or a "
+        f"record is misdated). Nothing is judged inside the gap: the {before.describe()} "
+        f"before it and the {after.describe()} after it are judged as runs of their own."
+    )
+    evidence = {"gap_seconds": length, "resumed_at": after.start}
+    return Finding("recording_gap", Severity.INFO, before.end, message, evidence)
+
+
+def detect(
+    samples: Iterable[Sample],
+    every: float = EVALUATE_EVERY_SECONDS,
+    new_engine: Callable[[], Engine] = default_engine,
+) -> list[Finding]:
+    """Run the detectors of ``new_engine()`` over ``samples`` (in time order), as live every
+    ``every`` seconds of their time (``_silence_ticks`` in a silence), each part between
+    gaps with an engine of its own, judged as ended at its last record; each part's latest
+    finding of each kind and the gaps, in the order they were first reported."""
+    parts: list[_Part] = []
+    part = _Part(new_engine())
+    observe = part.engine.observe  # looked up once: this loop runs for every sample
+    next_evaluation = -math.inf
+    last = math.nan  # the time of the sample before
+    index = 0
+    for index, sample in enumerate(samples):
         t = sample.t
-        if math.isnan(next_evaluation):
-            next_evaluation = t + every
-        while t >= next_evaluation:
-            evaluate(next_evaluation)
-            next_evaluation += every
-        engine.observe(sample)
-    if math.isfinite(t):
-        evaluate(t)
-    return [
-        replace(f, evidence={**f.evidence, "first_reported": first_reported[kind]})
-        for kind, f in sorted(latest.items(), key=lambda item: first_reported[item[0]])
+        if t >= next_evaluation:
+            if t - last > GAP_SECONDS:  # False for the first sample: NaN compares false
+                parts.append(part.conclude(last, index))
+                part = _Part(new_engine(), start=t, first=index)
+                observe = part.engine.observe
+                next_evaluation = t + every
+            elif math.isnan(part.start):  # the first sample
+                part.start = t
+                next_evaluation = t + every
+            else:
+                for tick in _silence_ticks(next_evaluation, t, every):
+                    part.evaluate(tick)
+                next_evaluation += (math.floor((t - next_evaluation) / every) + 1) * every
+        observe(sample)
+        last = t
+    if math.isnan(part.start):
+        return []
+    parts.append(part.conclude(last, index + 1))
+    reported = [pair for p in parts for pair in p.findings()]
+    reported += [
+        (after.start, _reported(_gap_finding(before, after), after.start))
+        for before, after in itertools.pairwise(parts)
     ]
+    reported.sort(key=operator.itemgetter(0))
+    return [finding for _, finding in reported]
 
 
-def analyze(path: Path) -> list[Finding]:
-    """Findings for a TensorBoard logdir or a samples file."""
+def analyze(path: Path, new_engine: Callable[[], Engine] = default_engine) -> list[Finding]:
+    """Findings for a TensorBoard logdir or a samples file (see ``detect``)."""
     if path.is_dir():
         samples = list(replay_logdir(path))
         if not samples:
             raise RecordingError(f"{path}: no TensorBoard event files with data in it")
-        samples.sort(key=lambda s: s.t)
-        return detect(samples)
+        samples.sort(key=_TIME)
+        return detect(samples, new_engine=new_engine)
     if not path.exists():
         raise RecordingError(f"{path}: no such file or directory")
-    return detect(read_samples(path))
+    return detect(read_samples(path), new_engine=new_engine)

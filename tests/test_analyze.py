@@ -12,7 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from driftwatch.analyze import RecordingError, analyze, read_samples
+from bench.detection.analyze_speed import DAY, T0, YEAR, write_logdir
+from driftwatch.analyze import GAP_SECONDS, RecordingError, analyze, read_samples
+from driftwatch.detect import Engine
+from driftwatch.detect.catalog import default_detectors
+from driftwatch.findings import Finding
 from tests.conftest import EXAMPLES, TF_ENV, run_cli
 
 GIB = 1 << 30
@@ -73,7 +77,7 @@ def test_a_steady_recording_has_no_findings(tmp_path: Path) -> None:
         ('{"t": "x", "series": "rss_bytes", "value": 1}', "must be numbers"),
         ('{"t": 1, "series": "rss_bytes", "value": "1"}', "must be numbers"),
         ('{"t": 1, "series": "rss_bytes", "value": 1, "labels": [1]}', "labels must be an object"),
-        ('{"t": -5, "series": "rss_bytes", "value": 1}', "time goes backwards"),
+        ('{"t": -500, "series": "rss_bytes", "value": 1}', "time goes backwards by 8.3 min"),
     ],
 )
 def test_malformed_recordings_name_the_line(tmp_path: Path, line: str, message: str) -> None:
@@ -85,6 +89,19 @@ def test_malformed_recordings_name_the_line(tmp_path: Path, line: str, message: 
     assert result.returncode == 1
     assert result.stderr.count("\n") == 1
     assert message in result.stderr
+
+
+def test_records_a_little_out_of_order_are_put_in_order(tmp_path: Path) -> None:
+    # Expected: the samples come out in time order, each once, whatever batch they are in.
+    rows = rss_recording(2, 200, onset_hours=0.5)
+    shuffled = list(rows)
+    for i in range(0, len(shuffled) - 5, 7):  # every 7th record 5 records (50 s) late
+        shuffled.insert(i + 5, shuffled.pop(i))
+    samples = list(read_samples(write_samples(tmp_path / "shuffled.jsonl", shuffled)))
+    assert [s.t for s in samples] == sorted(float(str(row["t"])) for row in rows)
+    assert len(samples) == len(rows)
+    ordered = analyze(write_samples(tmp_path / "ordered.jsonl", rows))
+    assert analyze(tmp_path / "shuffled.jsonl") == ordered
 
 
 def test_labels_nulls_and_blank_lines_are_read(tmp_path: Path) -> None:
@@ -135,3 +152,126 @@ def test_analyze_finds_a_slowdown_in_a_real_keras_logdir(tmp_path: Path) -> None
 def test_analyze_finds_nothing_wrong_in_a_healthy_keras_logdir(tmp_path: Path) -> None:
     findings = analyze(keras_logdir(tmp_path, "healthy"))
     assert [f for f in findings if f.severity.value != "info"] == []
+
+
+class Asked:
+    """Engines of the default detectors that note each time they are asked what holds."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self.engines = 0
+
+    def __call__(self) -> Engine:
+        asked = self.times
+
+        class Noting(Engine):
+            def evaluate(self, now: float, *, final: bool = False) -> list[Finding]:
+                asked.append(now)
+                return super().evaluate(now, final=final)
+
+        self.engines += 1
+        return Noting(default_detectors())
+
+
+def kinds(findings: list[Finding]) -> list[str]:
+    return [f.kind for f in findings]
+
+
+def verdicts(findings: list[Finding]) -> list[tuple[str, str, float, str]]:
+    """The findings less when they were first reported (the evaluation times)."""
+    return [(f.kind, f.severity.value, f.since, f.message) for f in findings]
+
+
+def test_a_run_resumed_days_later_into_its_logdir_is_judged_as_two_runs(tmp_path: Path) -> None:
+    # Expected: the 2-day gap is stated once (recording_gap, info: from the last record
+    # before it to the first after it), each side is judged as a run of its own (a second
+    # engine), nothing is judged inside the gap or after the last record (no `stalled`, no
+    # warning), and the detectors are asked no more often than over the same hours
+    # without the gap (the old replay asked them every 30 s of the gap: 5,760 times more).
+    straight_asked, resumed_asked = Asked(), Asked()
+    _, end = write_logdir(tmp_path / "straight", 2)
+    straight = analyze(tmp_path / "straight", new_engine=straight_asked)
+    _, last = write_logdir(tmp_path / "resumed", 2, resumed_after=2 * DAY)
+    resumed = analyze(tmp_path / "resumed", new_engine=resumed_asked)
+
+    assert kinds(resumed).count("recording_gap") == 1, resumed
+    (gap,) = [f for f in resumed if f.kind == "recording_gap"]
+    assert gap.severity.value == "info"
+    resumed_at = float(gap.evidence["resumed_at"])
+    assert 2 * DAY - 1 < float(gap.evidence["gap_seconds"]) < 2 * DAY + 60
+    assert T0 + 3600 < gap.since < T0 + 3700  # halfway through the steps
+    assert resumed_at == pytest.approx(gap.since + float(gap.evidence["gap_seconds"]))
+    assert "no records for 48.0 h, from 2023-11-1" in gap.message
+    assert [f for f in resumed if f.severity.value != "info"] == []
+    assert "stalled" not in kinds(resumed)
+    assert all(float(f.evidence["first_reported"]) <= last for f in resumed)
+
+    assert resumed_asked.engines == 2
+    assert not [t for t in resumed_asked.times if gap.since < t < resumed_at]
+    assert max(resumed_asked.times) == pytest.approx(last)
+    assert len(resumed_asked.times) <= len(straight_asked.times) + 2
+    assert max(straight_asked.times) == pytest.approx(end)
+    assert set(kinds(straight)) <= set(kinds(resumed))
+
+
+def test_a_file_whose_first_record_is_dated_years_earlier_costs_nothing_more(
+    tmp_path: Path,
+) -> None:
+    # Expected: the first record (the writer's file_version, dated 3 years before the
+    # steps) is a part of its own, the gap after it is stated, and the steps get the
+    # verdict they get without it, for as many evaluations (the old replay: one every 30 s
+    # of the 3 years, 3.2 million).
+    straight_asked, misdated_asked = Asked(), Asked()
+    write_logdir(tmp_path / "straight", 1)
+    straight = analyze(tmp_path / "straight", new_engine=straight_asked)
+    write_logdir(tmp_path / "misdated", 1, first_record_dated=T0 - 3 * YEAR)
+    misdated = analyze(tmp_path / "misdated", new_engine=misdated_asked)
+
+    (gap,) = [f for f in misdated if f.kind == "recording_gap"]
+    assert gap.since == T0 - 3 * YEAR
+    assert 3 * YEAR < float(gap.evidence["gap_seconds"]) < 3 * YEAR + 10
+    assert "records of one instant" in gap.message
+    assert verdicts([f for f in misdated if f.kind != "recording_gap"]) == verdicts(straight)
+    assert len(misdated_asked.times) <= len(straight_asked.times) + 2
+
+
+def step_rows(start: float, seconds: float) -> list[dict[str, object]]:
+    """A step logged every second from ``start`` for ``seconds``, as event files give it."""
+    return [
+        {"t": start + i, "series": "step_timestamp", "value": start + i}
+        for i in range(int(seconds))
+    ]
+
+
+def test_a_hang_shorter_than_a_gap_is_still_a_stall(tmp_path: Path) -> None:
+    # Expected: 10 min of steps, no record for 2 h (under GAP_SECONDS: a hang, not a
+    # resumed run), 10 min more: `stalled` (warning) since the last step before the hang,
+    # told with the whole 2 h, first reported within twice the stall limit (2 min) of
+    # it; no recording_gap; the 2 h asked about a few times, not every 30 s (240).
+    assert GAP_SECONDS > 2 * 3600
+    rows = step_rows(T0, 600) + step_rows(T0 + 599 + 7200, 600)
+    asked = Asked()
+    findings = analyze(write_samples(tmp_path / "hang.jsonl", rows), new_engine=asked)
+    assert kinds(findings) == ["stalled"], findings
+    (stalled,) = findings
+    assert stalled.severity.value == "warning"
+    assert stalled.since == T0 + 599
+    assert 7100 < float(stalled.evidence["seconds_since_last_step"]) <= 7200
+    assert stalled.since + 120 < float(stalled.evidence["first_reported"]) < stalled.since + 300
+    assert len(asked.times) < 20 + 20 + 15  # 10 min + 10 min at 30 s, and the silence
+
+
+def test_nothing_is_judged_after_the_last_record(tmp_path: Path) -> None:
+    # Expected: steps for 10 min, then memory readings alone for 10 more (the job hung,
+    # still alive): stalled, judged at the last reading, not later; with the readings
+    # stopping with the steps: no finding.
+    rows = step_rows(T0, 600)
+    hung = rows + [
+        {"t": T0 + 600 + i, "series": "rss_bytes", "value": GIB} for i in range(0, 600, 10)
+    ]
+    asked = Asked()
+    findings = analyze(write_samples(tmp_path / "hung.jsonl", hung), new_engine=asked)
+    assert kinds(findings) == ["stalled"], findings
+    assert max(asked.times) == T0 + 1190
+    assert float(findings[0].evidence["seconds_since_last_step"]) == 1190 - 599
+    assert analyze(write_samples(tmp_path / "ended.jsonl", rows)) == []
