@@ -19,7 +19,8 @@ from tests.conftest import EXAMPLES, TF_ENV, promtool_check_metrics, wait_for
 
 pytestmark = pytest.mark.tf
 
-INTERVAL = 1.0
+INTERVAL = 2.0
+"""attach's default --interval: the seconds between the lines it prints."""
 
 
 def event_bytes(logdir: Path) -> int:
@@ -67,8 +68,6 @@ def test_attach_to_a_running_keras_job(tmp_path: Path, promtool: str) -> None:
                 "driftwatch",
                 "attach",
                 str(job.pid),
-                "--interval",
-                str(INTERVAL),
                 "--listen",
                 "127.0.0.1:0",
                 "--logdir",

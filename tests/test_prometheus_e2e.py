@@ -86,7 +86,7 @@ def test_prometheus_scrapes_driftwatch_and_evaluates_the_rules(
     (shim / "pynvml.py").write_text(FAKE_PYNVML)
     attach = subprocess.Popen(
         [
-            *(sys.executable, "-m", "driftwatch", "attach", str(job.pid), "--interval", "1"),
+            *(sys.executable, "-m", "driftwatch", "attach", str(job.pid)),
             *("--listen", "127.0.0.1:0", "--logdir", str(logdir), "--run", RUN),
         ],
         stdout=subprocess.DEVNULL,
