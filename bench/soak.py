@@ -1,5 +1,7 @@
 """Soak benchmark (issue 6): the daemon through a simulated day with 8 targets, and what
-sampling 8 targets once a second costs in real time.
+sampling 8 targets once a second costs in real time (and, reported beside it, what the same
+8 targets cost while they are young: driftwatch samples a target every 0.5 s in its first 5
+minutes).
 
 Run from the repository root::
 
@@ -21,7 +23,10 @@ Part 2, real time. Eight fresh processes: four ``sleep`` and four running a real
 new ``Daemon`` with a new ``History`` runs its own loop at a 1 s interval; after it has
 found every target and settled (``--settle`` seconds), this process's CPU time (every thread:
 sampling, detectors, the history writer) is read over ``--cpu-seconds`` of wall-clock time.
-More than 1 % of one core fails the goal. No HTTP server runs and nothing scrapes.
+More than 1 % of one core fails the goal; the targets are taken as past their first 5
+minutes (``driftwatch.monitor.YOUNG_SECONDS`` set to 0), as a long job's are. The same is then
+measured with the targets young (sampled every 0.5 s), reported against no goal. No HTTP
+server runs and nothing scrapes.
 
 Exit status 0 when both goals are met, 1 otherwise.
 """
@@ -47,6 +52,7 @@ from pathlib import Path
 
 import psutil
 
+from driftwatch import monitor
 from driftwatch.channel import ChannelWriter, ensure_private_dir
 from driftwatch.daemon import Daemon, load_config
 from driftwatch.findings import Finding
@@ -55,6 +61,8 @@ from driftwatch.hook.protocol import SERIES_META, Kind
 from driftwatch.pidns import identify
 
 TARGETS = 8
+YOUNG_SECONDS = monitor.YOUNG_SECONDS
+"""driftwatch's own: how long a target counts as young, in seconds."""
 HOOKED = 4
 RSS_GROWTH_GOAL = 5e6
 CPU_GOAL = 0.01
@@ -232,15 +240,22 @@ def soak(workdir: Path, hours: float, warmup: float, trace: bool) -> bool:
     return ok
 
 
-def cpu_cost(workdir: Path, settle: float, seconds: float) -> bool:
-    """Part 2; prints its figures and returns whether the CPU cost stayed within the goal."""
+def cpu_cost(workdir: Path, settle: float, seconds: float, young: bool) -> bool:
+    """Part 2; prints its figures and returns whether the CPU cost stayed within the goal.
+
+    ``young``: the targets are as started, so the daemon samples them every 0.5 s (their first
+    5 minutes), and the figure is reported against no goal; else they are taken as past their
+    youth, sampled at the configured 1 s as a long job is: the goal applies.
+    """
+    monitor.YOUNG_SECONDS = YOUNG_SECONDS if young else 0.0
+    phase = "young (sampled every 0.5 s)" if young else "past their first 5 minutes, at 1 Hz"
     command, pattern = unique_sleep()
-    channels = ensure_private_dir(workdir / "channels-cpu")
+    channels = ensure_private_dir(workdir / f"channels-cpu-{young}")
     hooked = [
         [sys.executable, "-c", HOOK_LOOP, f"hooked-{i}", str(channels)] for i in range(HOOKED)
     ]
     with processes([command] * (TARGETS - HOOKED) + hooked):
-        history = History(workdir / "cpu.db")
+        history = History(workdir / f"cpu-{young}.db")
         daemon = Daemon(
             lambda: load_config(None, [pattern], 1.0),
             directories=lambda config: [channels],
@@ -256,7 +271,7 @@ def cpu_cost(workdir: Path, settle: float, seconds: float) -> bool:
             measured["cpu1"], measured["t1"] = cpu_seconds(), time.monotonic()
             daemon.request_stop()
 
-        print(f"\nreal time: {TARGETS} targets ({HOOKED} hooked) at 1 Hz, {seconds:g} s measured")
+        print(f"\nreal time: {TARGETS} targets ({HOOKED} hooked) {phase}, {seconds:g} s measured")
         meter = threading.Thread(target=measure)
         meter.start()
         daemon.run()
@@ -264,12 +279,13 @@ def cpu_cost(workdir: Path, settle: float, seconds: float) -> bool:
         history.close()
     wall = measured["t1"] - measured["t0"]
     share = (measured["cpu1"] - measured["cpu0"]) / wall
-    ok = share < CPU_GOAL and measured["watched"] == TARGETS
+    ok = (young or share < CPU_GOAL) and measured["watched"] == TARGETS
     print(f"targets watched when measuring: {measured['watched']:.0f}")
+    per_second = 2.0 if young else 1.0
+    verdict = "no goal" if young else f"goal < {CPU_GOAL:.0%}: {'met' if ok else 'MISSED'}"
     print(
         f"CPU: {measured['cpu1'] - measured['cpu0']:.2f} s in {wall:.1f} s = {share:.2%} of one "
-        f"core, {1e3 * share / TARGETS:.2f} ms per target per tick (goal < {CPU_GOAL:.0%}): "
-        f"{'met' if ok else 'MISSED'}"
+        f"core, {1e3 * share / TARGETS / per_second:.2f} ms per target per tick ({verdict})"
     )
     return ok
 
@@ -296,7 +312,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="driftwatch-soak-") as tmp:
         workdir = Path(tmp)
         memory_ok = soak(workdir, args.hours, args.warmup, args.tracemalloc)
-        cpu_ok = cpu_cost(workdir, args.settle, args.cpu_seconds)
+        cpu_ok = cpu_cost(workdir, args.settle, args.cpu_seconds, young=False)
+        cpu_cost(workdir, args.settle, args.cpu_seconds, young=True)
     print(f"\nload average at the end: {os.getloadavg()[0]:.1f}")
     return 0 if memory_ok and cpu_ok else 1
 
