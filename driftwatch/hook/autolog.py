@@ -1,9 +1,11 @@
-"""Zero-code injection: add ``DriftwatchCallback`` to every ``keras.Model.fit``.
+"""Zero-code injection: add ``DriftwatchCallback`` to every ``keras.Model.fit``, and time the
+train step of custom training loops.
 
 ``driftwatch run`` puts ``driftwatch/hook/inject`` on the child's ``PYTHONPATH``; its
-``sitecustomize`` calls ``install()``, which waits for the job to import Keras (a meta-path
-finder, so a job that never uses Keras pays nothing) and then wraps ``Model.fit``, as
-MLflow's autolog does. A ``fit`` that already has a ``DriftwatchCallback`` is left alone.
+``sitecustomize`` calls ``install()``, which waits for the job to import Keras and TensorFlow
+(meta-path finders, so a job that never uses them pays nothing) and then wraps ``Model.fit``,
+as MLflow's autolog does, and lets ``custom_loop`` watch every ``tf.function`` call. A ``fit``
+that already has a ``DriftwatchCallback`` is left alone.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ def patch_fit(model_class: Any) -> None:
 
     @functools.wraps(original)
     def fit(*args: Any, **kwargs: Any) -> Any:
+        from driftwatch.hook import custom_loop
         from driftwatch.hook.keras import DriftwatchCallback
 
         bound = signature.bind(*args, **kwargs)
@@ -45,22 +48,29 @@ def patch_fit(model_class: Any) -> None:
             # First: its batch-end then runs right after Keras syncs the step's results.
             callbacks.insert(0, DriftwatchCallback())
         bound.arguments["callbacks"] = callbacks
-        return original(*bound.args, **bound.kwargs)
+        # The callback times this fit: the custom-loop recognizer must not count it again.
+        was_busy = custom_loop.fit_started()
+        try:
+            return original(*bound.args, **bound.kwargs)
+        finally:
+            custom_loop.fit_ended(was_busy)
 
     setattr(fit, _PATCHED, True)
     model_class.fit = fit
 
 
 class _PatchAfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Lets ``keras`` import normally, then patches it; removes itself afterwards."""
+    """Lets module ``name`` import normally, then patches it; removes itself afterwards."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str, patch: Callable[[ModuleType], None]) -> None:
+        self._name = name
+        self._patch = patch
         self._loader: importlib.abc.Loader | None = None
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname != "keras":
+        if fullname != self._name:
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is None or spec.loader is None:
@@ -77,7 +87,17 @@ class _PatchAfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         assert self._loader is not None
         self._loader.exec_module(module)
         sys.meta_path.remove(self)
-        _guarded(lambda: patch_fit(module.Model))
+        _guarded(lambda: self._patch(module))
+
+
+def _patch_keras(keras: ModuleType) -> None:
+    patch_fit(keras.Model)
+
+
+def _patch_tensorflow(tf: ModuleType) -> None:
+    from driftwatch.hook import custom_loop
+
+    custom_loop.install(tf)
 
 
 def _guarded(action: Callable[[], None]) -> None:
@@ -89,11 +109,13 @@ def _guarded(action: Callable[[], None]) -> None:
 
 
 def install() -> None:
-    """Arrange for ``keras.Model.fit`` to be patched, now or when Keras is imported."""
+    """Arrange for ``keras.Model.fit`` and TensorFlow's ``tf.function`` calls to be patched,
+    now or when the job imports Keras and TensorFlow."""
     if os.environ.get(DISABLE_ENV) == "0":
         return
-    keras = sys.modules.get("keras")
-    if keras is not None:
-        _guarded(lambda: patch_fit(keras.Model))
-    else:
-        sys.meta_path.insert(0, _PatchAfterImport())
+    for name, patch in (("keras", _patch_keras), ("tensorflow", _patch_tensorflow)):
+        module = sys.modules.get(name)
+        if module is not None:
+            _guarded(lambda: patch(module))  # noqa: B023 - called before the loop moves on
+        else:
+            sys.meta_path.insert(0, _PatchAfterImport(name, patch))

@@ -14,6 +14,7 @@ import os
 import platform
 import sys
 import time
+import weakref
 from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -82,6 +83,7 @@ class Hook:
         self.global_step = 0
         self.nonfinite = 0
         self._probes: TensorflowProbes | None = TensorflowProbes()
+        self._probe_checks: list[Callable[[Hook], None]] = []
         self._series: dict[tuple[str, Labels], int] = {}
         self._meta: dict[str, object] = {
             "run": self.run,
@@ -99,6 +101,7 @@ class Hook:
         self._next_probe_time = self._perf0 + probe_every_seconds
         self._writer = _process_writer(os.getpid(), channel_dir)
         self._writer.set_meta(self._meta)
+        _hooks.add(self)
         self._server: Any = None
         if listen is not None:
             from driftwatch.hook.serve import serve_in_process
@@ -178,16 +181,26 @@ class Hook:
             self._send([("hook_nonfinite_total", (), float(self.nonfinite))])
         return finite
 
-    def watch_function(self, fn: Callable[..., Any]) -> None:
+    def watch_function(self, fn: object) -> None:
         """Count retracing of the ``tf.function`` behind ``fn`` (e.g. your train step)."""
         if self._probes is not None:
             self._probes.watch(fn)
 
+    def check_at_probe(self, check: Callable[[Hook], None]) -> None:
+        """Run ``check(hook)`` at every probe (e.g. NaN checks of values read then)."""
+        self._probe_checks.append(check)
+
     def probe(self) -> None:
-        """Read the TensorFlow probes now and send their values."""
+        """Read the TensorFlow probes now and send their values; run the probe checks."""
         now = time.perf_counter()
         self._next_probe_step = self.global_step + self.probe_every_steps
         self._next_probe_time = now + self.probe_every_seconds
+        for check in list(self._probe_checks):
+            try:
+                check(self)
+            except Exception as err:  # noqa: BLE001 - a check must never disturb training
+                log.info("driftwatch: probe check %r failed, not run again: %r", check, err)
+                self._probe_checks.remove(check)
         if self._probes is None:
             return
         try:
@@ -224,6 +237,12 @@ class Hook:
 
 
 _shared: Hook | None = None
+_hooks: weakref.WeakSet[Hook] = weakref.WeakSet()  # every live Hook of this process
+
+
+def user_hook_exists() -> bool:
+    """Whether the job made a ``Hook`` of its own (it times its steps itself)."""
+    return any(hook is not _shared for hook in _hooks)
 
 
 def shared_hook(**config: Any) -> Hook:

@@ -7,7 +7,7 @@ disturb training.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from driftwatch.series import Labels
@@ -23,7 +23,7 @@ IDLE_ALLOCATOR_READS = 10
 statistics: with statistics on, the peak is also zero until the first tensor is placed."""
 
 
-def traced_functions(fn: Callable[..., Any]) -> Iterator[Any]:
+def traced_functions(fn: object) -> Iterator[Any]:
     """The ``tf.function`` objects behind ``fn``: itself, or reachable through ``__wrapped__``
     and closures (Keras 3 wraps its ``tf.function`` train step in plain Python functions)."""
     seen: set[int] = set()
@@ -56,7 +56,7 @@ class TensorflowProbes:
         self._zero_peaks: dict[str, int] = {}  # device: reads that answered a zero peak
         self._functions: list[tuple[Any, int]] = []  # (tf.function, its count when first read)
 
-    def watch(self, fn: Callable[..., Any]) -> None:
+    def watch(self, fn: object) -> None:
         """Count the retracing of the ``tf.function`` objects behind ``fn``.
 
         Each function's traces up to the first reading are its normal first traces (Keras

@@ -1,0 +1,281 @@
+"""Zero-code custom training loops: find the train step among the job's ``tf.function`` calls.
+
+``install(tf)`` patches two methods of TensorFlow's own classes, so every ``tf.function`` the
+job creates, however it was created, is seen without touching the job's code:
+
+- ``Function.__call__`` (the class ``tf.function`` returns): the outermost calls, those not
+  made while another ``tf.function`` is being called or traced, are the candidates;
+- ``GradientTape.gradient``: called while a candidate runs (normally while it is being
+  traced), it marks the candidate as one that computes gradients, i.e. trains.
+
+The first function that trains becomes the train step: each of its outermost calls is one
+step (``Hook.step_started``/``step_ended`` around it, exactly as ``DriftwatchCallback`` times
+``fit``), its tracing count is watched (retracing), and each probe (every 100 steps or 10 s)
+checks the scalar floating-point values the last call returned for NaN/Inf. A step that is
+re-created as a new ``tf.function`` around the same Python function on every iteration stays
+the step (and every new one counts as a retrace); another training function called
+``SWITCH_AFTER_CALLS`` times in a row without the step becomes the step.
+
+While a ``fit`` patched by autolog runs (``fit_started``/``fit_ended``), nothing is
+recognised: its ``DriftwatchCallback`` times it already. See docs/hook.md for what this can
+and cannot recognise and what each part costs.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import logging
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from driftwatch.hook.core import Hook, shared_hook, user_hook_exists
+
+log = logging.getLogger(__name__)
+
+SWITCH_AFTER_CALLS = 100
+"""Calls of another training function, with no call of the train step between them, after
+which that function becomes the train step (a new phase of the job)."""
+MAX_CHECKED_OUTPUTS = 16
+"""Most scalar outputs of the train step that a probe checks for NaN/Inf."""
+MAX_OUTPUT_DEPTH = 3
+"""How deep a probe looks into the train step's nested outputs (tuples, lists, dicts)."""
+_PATCHED = "__driftwatch_patched__"
+
+
+class StepTraces:
+    """The tracing count of the train step, however many ``tf.function`` objects it has been.
+
+    Quacks like a ``tf.function`` for ``TensorflowProbes.watch``: a step re-created on every
+    iteration is traced once per object, and each of those traces is a retrace.
+    """
+
+    def __init__(self, function: Any) -> None:
+        self._function = function
+        self._retired = 0  # traces of the functions followed before the current one
+
+    def follow(self, function: Any, *, count_its_first_traces: bool) -> None:
+        """The train step is ``function`` from now on. Its traces so far count as retraces
+        when it is the same step re-created, not when it is another function taking over."""
+        self._retired += self._function.experimental_get_tracing_count()
+        if not count_its_first_traces:
+            self._retired -= function.experimental_get_tracing_count()
+        self._function = function
+
+    def experimental_get_tracing_count(self) -> int:
+        return self._retired + int(self._function.experimental_get_tracing_count())
+
+
+class TrainStepRecognizer:
+    """The state of the two patches; ``called`` runs after each outermost training call."""
+
+    __slots__ = (
+        "busy",
+        "disabled",
+        "hook",
+        "last_outputs",
+        "others",
+        "running",
+        "step",
+        "step_python",
+        "traces",
+    )
+
+    def __init__(self, hook: Hook | None = None) -> None:
+        """``hook``: the hook to time the step with; by default the process's shared hook,
+        made when a train step is first recognised."""
+        self.busy = False  # a tf.function call is under way (or fit is), so calls are nested
+        self.running: Any = None  # the outermost function being called, while it runs
+        self.step: Any = None  # the tf.function recognised as the train step
+        self.step_python: Any = None  # the Python function behind it
+        self.others = 0  # calls of other training functions since the step's last call
+        self.last_outputs: Any = None  # what the step's last call returned (NaN checks)
+        self.hook = hook
+        self.traces: StepTraces | None = None
+        self.disabled = False  # the job instruments its own loop with a Hook
+
+    def called(self, function: Any, start: float, outputs: Any) -> None:
+        """``function``, which trains, was called at ``start`` and returned ``outputs``."""
+        if function is not self.step and not self._adopt(function):
+            return
+        hook = self.hook
+        assert hook is not None
+        hook.step_started(start)
+        self.others = 0
+        self.last_outputs = outputs
+        hook.step_ended(time.perf_counter())
+
+    def _adopt(self, function: Any) -> bool:
+        """Whether ``function`` is (now) the train step; adopts it if so."""
+        if self.disabled:
+            return False
+        step = self.step
+        if step is None:
+            hook = self.hook
+            if hook is None:
+                if user_hook_exists():
+                    self._stand_down()
+                    return False
+                self.hook = hook = shared_hook()
+            self.traces = StepTraces(function)
+            hook.watch_function(self.traces)
+            hook.check_at_probe(self.check_outputs)
+            hook.probe()  # the step's tracing count so far is its normal first traces
+            atexit.register(self._at_exit)
+            log.info("driftwatch: timing %s as the train step", _name(function))
+        elif function.python_function is self.step_python:  # re-created on every iteration
+            assert self.traces is not None
+            self.traces.follow(function, count_its_first_traces=True)
+        else:
+            self.others += 1
+            if self.others < SWITCH_AFTER_CALLS:
+                return False
+            assert self.hook is not None
+            assert self.traces is not None
+            self.hook.boundary()  # the old step's last period does not run into the new one's
+            self.traces.follow(function, count_its_first_traces=False)
+            log.info("driftwatch: timing %s as the train step from now on", _name(function))
+        self.step = function
+        self.step_python = function.python_function
+        return True
+
+    def check_outputs(self, hook: Hook) -> None:
+        """At a probe: check the step's last scalar floating-point outputs for NaN/Inf.
+
+        Reading a tensor copies its few bytes to the host; on a GPU it waits for that one
+        step to finish, once per probe, never per step.
+        """
+        for name, value in scalar_outputs(self.last_outputs):
+            hook.check_finite(value, name)
+
+    def _stand_down(self) -> None:
+        if not self.disabled:
+            log.info("driftwatch: this job times its own steps with a Hook: not recognising any")
+        self.disabled = True
+        self.step = None
+        self.last_outputs = None
+
+    def _at_exit(self) -> None:
+        """A last probe when the job ends: a NaN in its last second is still reported."""
+        if self.hook is not None and not self.disabled:
+            try:
+                self.hook.probe()
+            except Exception as err:  # noqa: BLE001 - never turn a job's exit into an error
+                log.info("driftwatch: last probe failed: %r", err)
+
+
+def scalar_outputs(outputs: Any) -> Iterator[tuple[str, float]]:
+    """The scalar floating-point values in a train step's outputs, with a name each: a
+    tensor's value is copied to the host; non-scalar and non-float values are skipped."""
+    found = 0
+    pending: list[tuple[str, Any, int]] = [("train_step_output", outputs, 0)]
+    while pending and found < MAX_CHECKED_OUTPUTS:
+        name, value, depth = pending.pop()
+        if isinstance(value, dict):
+            if depth < MAX_OUTPUT_DEPTH:
+                pending += [(str(key), item, depth + 1) for key, item in value.items()]
+            continue
+        if isinstance(value, list | tuple):
+            if depth < MAX_OUTPUT_DEPTH:
+                pending += [(f"{name}[{i}]", item, depth + 1) for i, item in enumerate(value)]
+            continue
+        number = _host_scalar(value)
+        if number is not None:
+            found += 1
+            yield name, number
+
+
+def _host_scalar(value: Any) -> float | None:
+    """``value`` as a float if it is a scalar of a floating-point type, else None."""
+    if isinstance(value, float):
+        return value
+    dtype = getattr(value, "dtype", None)
+    shape = getattr(value, "shape", None)
+    if dtype is None or shape is None or len(shape) != 0:
+        return None
+    if not (getattr(dtype, "is_floating", False) or getattr(dtype, "kind", "") == "f"):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):  # a symbolic tensor: no value to read
+        return None
+
+
+def _name(function: Any) -> str:
+    return str(getattr(function, "__name__", None) or type(function).__name__)
+
+
+_recognizer = TrainStepRecognizer()
+
+
+def recognizer() -> TrainStepRecognizer:
+    """This process's recognizer (one, as there is one train loop and one hook)."""
+    return _recognizer
+
+
+def fit_started() -> bool:
+    """``fit`` with a ``DriftwatchCallback`` begins: recognise nothing until ``fit_ended``.
+    Returns what to pass to ``fit_ended`` (a ``fit`` may run inside another's callback)."""
+    was = _recognizer.busy
+    _recognizer.busy = True
+    return was
+
+
+def fit_ended(was_busy: bool) -> None:
+    _recognizer.busy = was_busy
+
+
+def patch_function_call(function_class: Any, state: TrainStepRecognizer) -> None:
+    """Wrap ``function_class.__call__`` so ``state`` sees every outermost call."""
+    original: Callable[..., Any] = function_class.__call__
+    if getattr(original, _PATCHED, False):
+        return
+    clock = time.perf_counter
+    function_class._driftwatch_trains = False  # set on an instance once it computes gradients
+
+    @functools.wraps(original)  # keeps __module__: AutoGraph then calls it unconverted
+    def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if state.busy:  # inside another call or its tracing, or inside fit
+            return original(self, *args, **kwargs)
+        state.busy = True
+        state.running = self
+        start = clock()
+        try:
+            outputs = original(self, *args, **kwargs)
+        finally:
+            state.busy = False
+            state.running = None
+        if self._driftwatch_trains:
+            state.called(self, start, outputs)
+        return outputs
+
+    setattr(__call__, _PATCHED, True)
+    function_class.__call__ = __call__
+
+
+def patch_gradient(tape_class: Any, state: TrainStepRecognizer) -> None:
+    """Wrap ``tape_class.gradient`` to mark the outermost running function as training."""
+    original: Callable[..., Any] = tape_class.gradient
+    if getattr(original, _PATCHED, False):
+        return
+
+    @functools.wraps(original)
+    def gradient(self: Any, *args: Any, **kwargs: Any) -> Any:
+        running = state.running
+        if running is not None:
+            running._driftwatch_trains = True
+        return original(self, *args, **kwargs)
+
+    setattr(gradient, _PATCHED, True)
+    tape_class.gradient = gradient
+
+
+def install(tf: Any) -> None:
+    """Patch the ``tensorflow`` module ``tf`` so its custom loops' train steps are timed."""
+    patch_function_call(type(tf.function(_nothing)), _recognizer)
+    patch_gradient(tf.GradientTape, _recognizer)
+
+
+def _nothing() -> None:
+    """What the probe ``tf.function`` wraps, to learn the class ``tf.function`` returns."""
