@@ -19,6 +19,7 @@ from driftwatch.detect import Evaluation
 from driftwatch.detect.stats import (
     MEDIAN_EFFICIENCY,
     Cusum,
+    FloatArray,
     RunningMedianBlocks,
     ess_variance_factor,
     mann_kendall,
@@ -323,38 +324,148 @@ class SlowdownDetector:
         return Evaluation(score, (Finding(kind, severity, since, message, evidence),))
 
 
-class PeriodicStallDetector:
-    """Steps far slower than usual that come back regularly: checkpoints, validation,
-    the first step of an epoch. Reported as information with their period and share of
-    wall time; a stall that keeps getting longer is a warning of its own.
+STALL_FACTOR = 5.0
+"""An interval is a stall when its steps took more than this many typical steps' time."""
+NOISE_Z = 6.0
+"""Standard deviations (of the recent samples' lower tail) a stall's sample stands out by."""
+REFERENCE_SAMPLES = 128
+"""Recent step-time samples that give the typical step time and their spread."""
+REFERENCE_REFRESH = 32
+"""Samples after which the typical step time is computed again (or ``REFERENCE_SECONDS``)."""
+REFERENCE_SECONDS = 60.0
+"""Seconds after which the typical step time is computed again, with 10 samples or more."""
+LOWER_TAIL_SPREAD = 0.9711
+"""The distance from a normal law's 5th to its 25th percentile, in standard deviations."""
+CHAIN_TOLERANCE = 1e-3
+"""Share of a step's time by which an interval may miss its steps' time and still chain."""
+CLOCK_RESOLUTION = 2e-6
+"""Seconds of rounding a unix time stored as a double may add to a time difference."""
+MAX_STEPS_JUMP = 4
+"""How many times the usual steps per sample one sample may hold and still chain."""
+MOST_WALL_TIME = 0.5
+"""Share of wall time that periodic stalls must take to be a warning."""
+STILL_MOST_WALL_TIME = 0.4
+"""Share of wall time below which a warning on the stalls' share ends."""
 
-    Regularity is judged in samples (steps with the hook, logging intervals from event
-    files), the period reported in seconds."""
+
+class PeriodicStallDetector:
+    """Pauses of training that come back at a regular interval: checkpoints, validation,
+    the first step of an epoch. Information with their period, duration and share of wall
+    time; a warning when they take ``MOST_WALL_TIME`` of it or more (until they fall below
+    ``STILL_MOST_WALL_TIME``), or when they keep getting longer.
+
+    Each ``step_seconds`` sample is the mean step time of the interval it closes: one step
+    (the hook) or every step since the previous logged record (event files). The steps in
+    it are the interval's wall time over that mean, when the interval is exactly theirs;
+    when it is not (the hook left out validation or the start of a ``fit`` before it), the
+    sample follows a pause the source already set apart and is not a stall. A sample is a
+    stall when it stands out (``NOISE_Z`` standard deviations of the recent samples' lower
+    tail above their lower quartile) and its interval lasted more than its steps at the
+    typical step time (the median of the recent samples that do not stand out) by over
+    ``STALL_FACTOR - 1`` typical steps: that excess is the stall's duration, wherever in
+    the interval it fell. Stalls recur when most of their intervals, in steps, are within
+    a tenth of the period (or one sample, the resolution of the logging). Times that do
+    not chain at all (a samples file on a coarse clock) are taken as one step per sample.
+    See docs/detectors.md.
+    """
 
     name = "periodic_stall"
     series = frozenset({"step_seconds"})
 
-    def __init__(self, factor: float = 5.0, min_stalls: int = 4, window: int = 32) -> None:
+    def __init__(self, factor: float = STALL_FACTOR, min_stalls: int = 4, window: int = 64) -> None:
         self.factor = factor
         self.min_stalls = min_stalls
-        self._typical = RunningMedianBlocks(100, max_seconds=60.0, min_size=10)
-        self._reference = math.nan
-        self._steps = 0
-        self._stalls: deque[tuple[int, float, float]] = deque(maxlen=window)  # step, t, extra
+        self._recent: deque[float] = deque(maxlen=REFERENCE_SAMPLES)
+        self._since_refresh = 0
+        self._refreshed_t = -math.inf
+        self._band = math.nan  # seconds per step: higher than this, a sample stands out
+        self._typical = math.nan  # and the median of the recent samples below that
+        self._last_t = math.nan
+        self._steps_per_sample = 1  # the last chained sample's
+        self._chained_rate = 1.0  # moving share of chained samples: do the times chain?
+        self._step = 0  # steps seen
+        # step at the stall's interval end, t, stall seconds
+        self._stalls: deque[tuple[int, float, float]] = deque(maxlen=window)
         self._stalls_seen = 0
+        self._most_wall_time = False  # the last verdict warned on the share
         self._judged: tuple[int, Evaluation] = (0, Evaluation(0.0))  # (stalls seen, verdict)
 
     def observe(self, sample: Sample) -> None:
-        value = sample.value
+        value, t = sample.value, sample.t
         if not math.isfinite(value) or value <= 0:
             return
-        self._steps += 1
-        block = self._typical.add(value, sample.t)
-        if block is not None:
-            self._reference = block[0]
-        if self._reference > 0 and value > self.factor * self._reference:
-            self._stalls.append((self._steps, sample.t, value - self._reference))
+        steps, chained = self._steps_of(value, t - self._last_t)
+        self._last_t = t
+        self._step += steps
+        self._chained_rate += (float(chained) - self._chained_rate) / REFERENCE_REFRESH
+        self._refresh(value, t)
+        # Times that do not chain at all (a samples file on a coarse clock): each sample is
+        # one interval of its own, as if every one were chained.
+        if not (chained or self._chained_rate < 0.5) or not self._typical > 0:
+            return
+        excess = steps * (value - self._typical)
+        if value >= self._band and excess > (self.factor - 1) * self._typical:
+            self._stalls.append((self._step, t, excess))
             self._stalls_seen += 1
+
+    def _steps_of(self, value: float, interval: float) -> tuple[int, bool]:
+        """The steps of the interval a sample closes, and whether its time is exactly
+        theirs (it chains to the previous sample)."""
+        if math.isfinite(interval) and interval > 0:
+            steps = max(1, round(interval / value))
+            if abs(interval - steps * value) <= CHAIN_TOLERANCE * value + CLOCK_RESOLUTION:
+                usual, self._steps_per_sample = self._steps_per_sample, steps
+                if steps <= MAX_STEPS_JUMP * usual:
+                    return steps, True
+        return self._steps_per_sample, False
+
+    def _refresh(self, value: float, t: float) -> None:
+        """Keep the sample; now and then, the band and the typical step time from them."""
+        recent = self._recent
+        recent.append(value)
+        self._since_refresh += 1
+        if len(recent) < 10:
+            return
+        if self._since_refresh < REFERENCE_REFRESH and t - self._refreshed_t < REFERENCE_SECONDS:
+            return
+        values = np.fromiter(recent, float, len(recent))
+        low, quartile = np.quantile(values, (0.05, 0.25))
+        self._band = float(quartile + NOISE_Z * (quartile - low) / LOWER_TAIL_SPREAD)
+        self._typical = float(np.median(values[values < self._band]))
+        self._since_refresh = 0
+        self._refreshed_t = t
+
+    def _recurring(self, stalls: FloatArray) -> tuple[FloatArray, float] | None:
+        """The stalls that recur at a regular period, and that period in steps; None if
+        none do. The odd GC pause or slow batch between checkpoints would break their
+        rhythm: the stalls at least half as long as the shortest one are tried, then as the
+        next shortest, and so on; the first set that recurs is kept."""
+        extras = stalls[:, 2]  # columns: step, t, stall seconds
+        tried = -1
+        for shortest in np.sort(extras)[: len(extras) - self.min_stalls + 1]:
+            kept = stalls[extras >= 0.5 * shortest]
+            if len(kept) < self.min_stalls:
+                break
+            if len(kept) == tried:
+                continue
+            tried = len(kept)
+            period = self._period(np.diff(kept[:, 0]))
+            if period is not None:
+                return kept, period
+        return None
+
+    def _period(self, intervals: FloatArray) -> float | None:
+        """The period of stalls this many steps apart, if most of them are regular; None
+        if not. Logged every n steps, a period of p steps reads as intervals of the two
+        whole numbers of samples around p / n: their mean is the period."""
+        per_sample = self._steps_per_sample
+        median = float(np.median(intervals))
+        around = intervals[np.abs(intervals - median) <= max(0.1 * median, per_sample)]
+        period = float(np.mean(around)) if len(around) else median
+        regular = np.mean(np.abs(intervals - period) < max(0.1 * period, per_sample))
+        if period < 2 * per_sample or regular < 0.7:
+            return None
+        return period
 
     def evaluate(self, now: float) -> Evaluation:
         """The verdict on the stalls seen, judged again only once another one came."""
@@ -366,33 +477,41 @@ class PeriodicStallDetector:
     def _judge(self) -> Evaluation:
         if len(self._stalls) < self.min_stalls:
             return Evaluation(0.0)
-        stalls = np.array(self._stalls)  # columns: sample index, t, extra seconds
-        # The odd GC pause or slow batch between checkpoints would break the rhythm: keep
-        # the stalls of the size that recurs.
-        stalls = stalls[stalls[:, 2] >= 0.5 * np.median(stalls[:, 2])]
-        if len(stalls) < self.min_stalls:
+        recurring = self._recurring(np.array(self._stalls))
+        if recurring is None:
             return Evaluation(0.0)
-        intervals = np.diff(stalls[:, 0])
-        period = float(np.median(intervals))
-        regular = np.mean(np.abs(intervals - period) <= 0.1 * period)
-        if period < 2 or regular < 0.7:  # not periodic
-            return Evaluation(0.0)
-        extras = stalls[:, 2]
-        times = stalls[:, 1]
-        every = float(np.median(np.diff(times)))
-        share = float(extras.sum() / (times[-1] - times[0] + every))
+        stalls, period = recurring
+        positions, times, extras = stalls[:, 0], stalls[:, 1], stalls[:, 2]
+        span = float(times[-1] - times[0])
+        periods = max(1, round(float(positions[-1] - positions[0]) / period))
+        every = span / periods
+        # Each stall but the first falls inside the span (a stall ends its interval).
+        share = float(extras[1:].sum()) / span if span > 0 else 0.0
+        stall = float(np.median(extras))
         evidence: dict[str, float | str] = {
-            "period_samples": period,
+            "period_steps": period,
             "period_seconds": every,
-            "stall_seconds": float(np.median(extras)),
+            "stall_seconds": stall,
             "share_of_wall_time": share,
+            "steps_per_sample": float(self._steps_per_sample),
         }
         message = (
-            f"about every {every:.1f} s training pauses for "
-            f"{human_seconds(float(np.median(extras)))} (checkpoint, validation or epoch "
-            f"start): {share:.1%} of wall time."
+            f"about every {every:.1f} s ({period:.0f} steps) training pauses for "
+            f"{human_seconds(stall)} (checkpoint, validation or epoch start): {share:.1%} "
+            "of wall time."
         )
         severity = Severity.INFO
+        self._most_wall_time = share >= (
+            STILL_MOST_WALL_TIME if self._most_wall_time else MOST_WALL_TIME
+        )
+        if self._most_wall_time:
+            severity = Severity.WARNING
+            message += (
+                " Pauses that cost as much as training itself are rarely meant: checkpoint "
+                "or validate less often (ModelCheckpoint's save_freq counts batches; fit's "
+                "validation_freq and validation_steps), or make them cheaper (weights only, "
+                "a smaller validation set, asynchronous checkpointing)."
+            )
         trend = mann_kendall(extras, lag1_correction=len(extras) >= 16)
         slope, _ = theil_sen(times, extras)
         grown = float(np.median(extras[-3:])) > 1.5 * float(np.median(extras[:3]))
