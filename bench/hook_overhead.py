@@ -26,6 +26,13 @@ Macro benchmark
     * ``naive-psutil``: a callback that, every batch, reads the process's memory, CPU times
       and I/O counters with psutil (and NVML memory, where a driver is present).
 
+    Two more configurations train the same model for the same steps with a custom loop
+    (a ``tf.function`` train step with ``GradientTape`` and the compiled optimizer, called
+    once per batch of tensors sliced beforehand): ``loop: none``, without driftwatch, and
+    ``loop: driftwatch``, with ``driftwatch.hook.custom_loop``'s two patches switched on
+    (what ``driftwatch run`` installs; they are switched off for every other configuration)
+    and its train step recognised; their ratios are to ``loop: none``.
+
     Each configuration gets its own model, built identically (same seed) and compiled
     once, and its own callback instances, created once; one warm-up ``fit`` per
     configuration absorbs tracing. Then every round runs one ``fit`` of each configuration,
@@ -51,8 +58,11 @@ Micro benchmark
     default hook watches a real ``tf.function`` so that the probe reads a tracing count,
     as it does under ``fit``). Also ``DriftwatchCallback``'s whole per-batch path as Keras
     drives it: its wrapper around the train function plus ``on_train_batch_end`` with a
-    one-entry logs dict. An empty loop (and, for the callback, a loop calling the bare
-    train function) is timed alongside and subtracted. Those tight loops keep the hook's
+    one-entry logs dict. And the custom-loop patch on a stand-in for a ``tf.function``
+    whose call does nothing: a call of the recognised train step (the patch plus the hook's
+    step path, default probes) and a call of another function (the patch alone). An empty
+    loop (for the callback, a loop calling the bare train function; for the patch, the
+    unpatched stand-in) is timed alongside and subtracted. Those tight loops keep the hook's
     code and data in L1, which a real step's ~1 ms of TensorFlow work does not, so the
     explicit calls and the callback are also timed one call at a time right after reading
     an 8 MiB buffer ("cold caches"; median per call, the same with an empty action
@@ -67,10 +77,11 @@ In situ
     call). This is what the micro benchmark cannot show: a tight loop keeps the hook's
     code and data hot.
 
-Goals: ``DriftwatchCallback`` at most 1.02x the ``none`` time (judged on the median of
-per-round ratios of wall-clock time; the CPU-time ratio is printed beside it), and the
-hook's per-step path at most 5 µs (judged on the slowest micro ``Hook`` row; the in-situ
-figure is printed beside it).
+Goals: ``DriftwatchCallback`` at most 1.02x the ``none`` time and ``loop: driftwatch`` at
+most 1.02x the ``loop: none`` time (judged on the median of per-round ratios of wall-clock
+time; the CPU-time ratio is printed beside it), and the hook's per-step path at most 5 µs
+(judged on the slowest micro ``Hook`` or custom-loop train-step row; the in-situ figure is
+printed beside it).
 
 All ``DriftwatchCallback`` instances in a process share one hook (``shared_hook``); its
 channel files go to a temporary ``DRIFTWATCH_RUNTIME_DIR`` that is removed at the end.
@@ -89,7 +100,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -259,6 +270,82 @@ def build_model(width: int) -> Any:
     return model
 
 
+LOOP_NAMES = ("loop: none", "loop: driftwatch")
+"""The custom-loop configurations: without driftwatch, and with the train step recognised."""
+
+
+class CustomLoop:
+    """The same model trained by a custom loop: a ``tf.function`` train step with
+    ``GradientTape`` called once per batch (batches sliced once, beforehand)."""
+
+    def __init__(self, model: Any, x: np.ndarray, y: np.ndarray, batch_size: int) -> None:
+        import tensorflow as tf
+
+        self.batches = [
+            (tf.constant(x[i : i + batch_size]), tf.constant(y[i : i + batch_size]))
+            for i in range(0, len(x), batch_size)
+        ]
+        import keras
+
+        optimizer = model.optimizer
+        loss_function = keras.losses.MeanSquaredError()
+
+        @tf.function  # type: ignore[untyped-decorator]
+        def train_step(x: Any, y: Any) -> Any:
+            with tf.GradientTape() as tape:
+                loss = loss_function(y, model(x, training=True))
+            gradients = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
+            return loss
+
+        self.train_step = train_step
+
+    def run(self, epochs: int) -> None:
+        train_step = self.train_step
+        for _ in range(epochs):
+            for x, y in self.batches:
+                train_step(x, y)
+
+
+class LoopHooks:
+    """``driftwatch.hook.custom_loop``'s two patches, switched on for one configuration only
+    (what ``driftwatch run`` installs into a job), with a hook of their own."""
+
+    def __init__(self) -> None:
+        import tensorflow as tf
+
+        from driftwatch.hook import custom_loop
+        from driftwatch.hook.core import Hook
+
+        self.hook = Hook(run="bench-loop")
+        self.recognizer = custom_loop.TrainStepRecognizer(self.hook)
+        self._function_class = type(tf.function(bare_train_function))
+        self._tape_class = tf.GradientTape
+        plain = (self._function_class.__call__, self._tape_class.gradient)
+        custom_loop.patch_function_call(self._function_class, self.recognizer)
+        custom_loop.patch_gradient(self._tape_class, self.recognizer)
+        self._methods = {
+            False: plain,
+            True: (self._function_class.__call__, self._tape_class.gradient),
+        }
+        self._set(False)
+
+    def _set(self, on: bool) -> None:
+        self._function_class.__call__, self._tape_class.gradient = self._methods[on]
+
+    @contextlib.contextmanager
+    def patched(self, on: bool) -> Iterator[None]:
+        self._set(on)
+        try:
+            yield
+        finally:
+            self._set(False)
+
+    def recognised(self) -> str | None:
+        step = self.recognizer.step
+        return None if step is None else str(step.python_function.__name__)
+
+
 @dataclass
 class MacroResult:
     name: str
@@ -293,23 +380,30 @@ def run_macro(settings: Settings, workdir: Path) -> MacroRun:
         ],
         "naive-psutil": lambda: [naive],
     }
-    names = list(factories)
-    models = {name: build_model(settings.width) for name in names}
+    fit_names = list(factories)
+    models = {name: build_model(settings.width) for name in [*fit_names, *LOOP_NAMES]}
     callbacks = {name: factory() for name, factory in factories.items()}
+    loops = {name: CustomLoop(models[name], x, y, settings.batch_size) for name in LOOP_NAMES}
+    loop_hooks = LoopHooks()
+    names = [*fit_names, *LOOP_NAMES]
 
     def fit(name: str) -> tuple[float, float]:
         gc.collect()
         start = time.perf_counter()
         start_cpu = time.process_time()
-        models[name].fit(
-            x,
-            y,
-            batch_size=settings.batch_size,
-            epochs=settings.epochs,
-            shuffle=False,
-            verbose=0,
-            callbacks=callbacks[name] or None,
-        )
+        if name in loops:
+            with loop_hooks.patched(name == LOOP_NAMES[1]):
+                loops[name].run(settings.epochs)
+        else:
+            models[name].fit(
+                x,
+                y,
+                batch_size=settings.batch_size,
+                epochs=settings.epochs,
+                shuffle=False,
+                verbose=0,
+                callbacks=callbacks[name] or None,
+            )
         return time.perf_counter() - start, time.process_time() - start_cpu
 
     steps = settings.steps_per_epoch * settings.epochs
@@ -326,7 +420,10 @@ def run_macro(settings: Settings, workdir: Path) -> MacroRun:
             results[name].cpu.append(cpu)
         line = "  ".join(f"{name} {results[name].wall[-1]:.3f}" for name in names)
         print(f"round {round_number + 1:>2}/{settings.rounds}  {line}", flush=True)
-    notes = []
+    notes = [
+        f"{LOOP_NAMES[1]}: the train step recognised as {loop_hooks.recognised()!r}, "
+        f"{loop_hooks.hook.global_step} steps timed"
+    ]
     if naive.nvml_error is not None:
         notes.append(f"naive-psutil: NVML unavailable ({naive.nvml_error}); psutil reads only")
     notes.append(f"naive-psutil: {naive.samples} batches sampled in total")
@@ -435,9 +532,19 @@ HOOK_ROWS = (
     "with hook.step(), probes off",
     "with hook.step(), default probes",
     "Hook calls, cold caches",
+    "custom loop: train step call, default probes",
+    "custom loop: train step call, cold caches",
 )
+OTHER_FUNCTION_ROW = "custom loop: call of another tf.function"
 PREEMPTED = 1e-3  # seconds: a per-step call this long was descheduled, see measure_in_situ
-BASELINE_ROWS = ("empty loop", "bare train fn", "cold: nothing", "cold: bare train fn")
+BASELINE_ROWS = (
+    "empty loop",
+    "bare train fn",
+    "bare stand-in fn",
+    "cold: nothing",
+    "cold: bare train fn",
+    "cold: bare stand-in fn",
+)
 EVICT_BYTES = 8 * 2**20
 
 
@@ -521,6 +628,25 @@ def bare_train_function(iterator: Any) -> Any:
     return None
 
 
+class StandInFunction:
+    """What the custom-loop patch touches on a ``tf.function``, with a call that does
+    nothing, so that only the patch's own per-call work is timed."""
+
+    python_function = staticmethod(bare_train_function)
+
+    def __call__(self, iterator: Any) -> Any:
+        return None
+
+    def experimental_get_tracing_count(self) -> int:
+        return 1
+
+
+class PatchedStandIn(StandInFunction):
+    """The same, its ``__call__`` patched as ``driftwatch run`` patches ``tf.function``'s."""
+
+    _driftwatch_trains = False  # what the patch reads: set once the function computed gradients
+
+
 @dataclass
 class MicroRow:
     name: str
@@ -533,6 +659,7 @@ def run_micro(settings: Settings) -> tuple[dict[str, tuple[float, float]], list[
     """µs per step (median, best) of each variant, baseline subtracted."""
     import tensorflow as tf
 
+    from driftwatch.hook import custom_loop
     from driftwatch.hook.core import Hook
     from driftwatch.keras import DriftwatchCallback
 
@@ -544,6 +671,15 @@ def run_micro(settings: Settings) -> tuple[dict[str, tuple[float, float]], list[
     traced()
     default.watch_function(traced)
     default.probe()  # the first probe resolves the devices: not part of the steady state
+
+    loop_hook = Hook(run="bench-micro-loop")  # default probes
+    loop_hook.probe()
+    custom_loop.patch_function_call(PatchedStandIn, custom_loop.TrainStepRecognizer(loop_hook))
+    plain_function = StandInFunction()
+    step_function = PatchedStandIn()
+    step_function._driftwatch_trains = True  # as if it had computed gradients when traced
+    step_function(None)  # recognised as the train step
+    other_function = PatchedStandIn()
 
     callback = DriftwatchCallback()  # the process's shared hook, default probes
     model = FakeModel()
@@ -576,6 +712,12 @@ def run_micro(settings: Settings) -> tuple[dict[str, tuple[float, float]], list[
         model.train_function(None)
         callback.on_train_batch_end(step, logs)
 
+    def bare_stand_in(step: int) -> None:
+        plain_function(None)
+
+    def loop_step(step: int) -> None:
+        step_function(None)
+
     m = settings.micro_cold_iterations
     rows = [
         MicroRow("empty loop", "", loop_empty(n), []),
@@ -585,6 +727,11 @@ def run_micro(settings: Settings) -> tuple[dict[str, tuple[float, float]], list[
         MicroRow(HOOK_ROWS[2], "empty loop", loop_with(quiet, n), []),
         MicroRow(HOOK_ROWS[3], "empty loop", loop_with(default, n), []),
         MicroRow("DriftwatchCallback per batch", "bare train fn", callback_loop, []),
+        MicroRow("bare stand-in fn", "", loop_train_function(plain_function, n), []),
+        MicroRow(HOOK_ROWS[5], "bare stand-in fn", loop_train_function(step_function, n), []),
+        MicroRow(
+            OTHER_FUNCTION_ROW, "bare stand-in fn", loop_train_function(other_function, n), []
+        ),
         MicroRow("cold: nothing", "", cold(nothing, m), []),
         MicroRow("cold: bare train fn", "", cold(bare_step, m), []),
         MicroRow(HOOK_ROWS[4], "cold: nothing", cold(hook_step, m), []),
@@ -594,6 +741,8 @@ def run_micro(settings: Settings) -> tuple[dict[str, tuple[float, float]], list[
             cold(callback_step, m),
             [],
         ),
+        MicroRow("cold: bare stand-in fn", "", cold(bare_stand_in, m), []),
+        MicroRow(HOOK_ROWS[6], "cold: bare stand-in fn", cold(loop_step, m), []),
     ]
     names = [row.name for row in rows]
     by_name = {row.name: row for row in rows}
@@ -643,10 +792,10 @@ def environment(usable: int | None) -> list[str]:
 
 
 def macro_table(
-    results: list[MacroResult], settings: Settings, clock: str
+    results: list[MacroResult], settings: Settings, clock: str, watched: str = "driftwatch"
 ) -> tuple[list[str], tuple[float, float, float]]:
-    """The table for ``clock`` ("wall" or "cpu"), and driftwatch's median per-round ratio
-    with its 95% confidence interval."""
+    """The table for ``clock`` ("wall" or "cpu"), ratios to the first row, and the median
+    per-round ratio of configuration ``watched`` with its 95% confidence interval."""
     steps = settings.steps_per_epoch * settings.epochs
     base = getattr(results[0], clock)
     base_median = statistics.median(base)
@@ -664,7 +813,7 @@ def macro_table(
         round_ratio = statistics.median(ratios)
         low, high = quartiles(ratios)
         ci_low, ci_high = median_confidence_interval(ratios)
-        if result.name == "driftwatch":
+        if result.name == watched:
             driftwatch = (round_ratio, ci_low, ci_high)
         lines.append(
             f"| {result.name} | {median:.3f} | {median / steps * 1e3:.3f} "
@@ -726,7 +875,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(line)
         steps = settings.steps_per_epoch * settings.epochs
         print(
-            f"macro: {settings.rounds} rounds x 5 configurations, {steps} steps per fit "
+            f"macro: {settings.rounds} rounds x {5 + len(LOOP_NAMES)} configurations, "
+            f"{steps} steps per fit "
             f"({settings.epochs} epochs x {settings.steps_per_epoch}), batch "
             f"{settings.batch_size}, Dense {settings.width}-{settings.width}-1 on "
             f"{FEATURES} features",
@@ -742,8 +892,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
-    wall_lines, (wall_ratio, wall_low, wall_high) = macro_table(macro.results, settings, "wall")
-    cpu_lines, (cpu_ratio, _, _) = macro_table(macro.results, settings, "cpu")
+    fits = [result for result in macro.results if result.name not in LOOP_NAMES]
+    loops = [result for result in macro.results if result.name in LOOP_NAMES]
+    wall_lines, (wall_ratio, wall_low, wall_high) = macro_table(fits, settings, "wall")
+    cpu_lines, (cpu_ratio, _, _) = macro_table(fits, settings, "cpu")
+    loop_wall_lines, loop_wall = macro_table(loops, settings, "wall", LOOP_NAMES[1])
+    loop_cpu_lines, loop_cpu = macro_table(loops, settings, "cpu", LOOP_NAMES[1])
     in_situ_lines = in_situ_table(macro.in_situ)
     in_situ_hook = macro.in_situ["Hook per step (started + ended)"][0]
     preempted = int(macro.in_situ["preempted"][0])
@@ -756,6 +910,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print("macro, CPU time of the whole process during each fit (insensitive to other load):")
     print("\n".join(cpu_lines))
+    print()
+    print("macro, custom loop (the same steps, a tf.function train step), wall clock:")
+    print("\n".join(loop_wall_lines))
+    print()
+    print("macro, custom loop, CPU time of the whole process:")
+    print("\n".join(loop_cpu_lines))
     print()
     print("micro, the hook's per-step path (baseline loop subtracted):")
     print("\n".join(micro_lines))
@@ -774,6 +934,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"(wall-clock median per-round ratio {wall_ratio:.3f}x, 95% CI "
         f"{wall_low:.3f}-{wall_high:.3f}): {verdict(fit_ok)}"
         f"  [on CPU time: {cpu_ratio:.3f}x, {verdict(cpu_ratio <= FIT_RATIO_GOAL)}]"
+    )
+    print(
+        f"goal: custom loop, step recognised <= {FIT_RATIO_GOAL:.2f}x no driftwatch "
+        f"(wall-clock median per-round ratio {loop_wall[0]:.3f}x, 95% CI "
+        f"{loop_wall[1]:.3f}-{loop_wall[2]:.3f}): {verdict(loop_wall[0] <= FIT_RATIO_GOAL)}"
+        f"  [on CPU time: {loop_cpu[0]:.3f}x, {verdict(loop_cpu[0] <= FIT_RATIO_GOAL)}]"
     )
     if args.quick:
         print("      (quick mode: too few rounds to resolve 2%; run without --quick to judge)")
