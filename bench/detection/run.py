@@ -133,6 +133,8 @@ class RunResult:
     samples: int = 0
     step_samples: int = 0
     evaluations: int = 0
+    at_end: bool = False
+    """The detection came from the evaluation after the run ended (``final=True``)."""
 
     @property
     def delay(self) -> float:
@@ -164,7 +166,33 @@ def run_one(spec: TraceSpec, eval_every: float, linger: float = math.inf) -> Run
     stop_at = math.inf
     step = 0
     held = 0
+
+    def classify(findings: list[Finding], tick: float) -> None:
+        nonlocal active, stop_at, held
+        alarms: dict[str, Finding] = {}
+        for finding in findings:
+            if finding.severity in ALARM:
+                alarms.setdefault(finding.kind, finding)
+            else:
+                result.info.setdefault(finding.kind, tick)
+        for kind, finding in alarms.items():
+            fresh = kind not in active
+            expected = kind in label.expected and tick >= onset
+            if expected and result.detection is None:
+                result.detection = Episode.of(finding, tick, step)
+                result.detected_before_onset = not fresh
+                stop_at = tick + linger
+            elif fresh and (tick < onset or kind not in relevant):
+                result.false.append(Episode.of(finding, tick, step))
+            elif fresh:
+                result.tolerated.append(Episode.of(finding, tick, step))
+        active = set(alarms)
+        if result.detection is not None:
+            result.evaluations_after += 1
+            held += bool(active & label.expected)
+
     try:
+        ended = True
         for tick, batch in trace.ticks():
             a = clock()
             for sample in batch:
@@ -175,6 +203,7 @@ def run_one(spec: TraceSpec, eval_every: float, linger: float = math.inf) -> Run
             result.observe_seconds += b - a
             result.samples += len(batch)
             if tick > stop_at:
+                ended = False
                 break
             result.simulated = tick - T0
             if tick < next_eval:
@@ -183,27 +212,16 @@ def run_one(spec: TraceSpec, eval_every: float, linger: float = math.inf) -> Run
             findings = evaluate(tick)
             result.evaluate_seconds += clock() - b
             result.evaluations += 1
-            alarms: dict[str, Finding] = {}
-            for finding in findings:
-                if finding.severity in ALARM:
-                    alarms.setdefault(finding.kind, finding)
-                else:
-                    result.info.setdefault(finding.kind, tick)
-            for kind, finding in alarms.items():
-                fresh = kind not in active
-                expected = kind in label.expected and tick >= onset
-                if expected and result.detection is None:
-                    result.detection = Episode.of(finding, tick, step)
-                    result.detected_before_onset = not fresh
-                    stop_at = tick + linger
-                elif fresh and (tick < onset or kind not in relevant):
-                    result.false.append(Episode.of(finding, tick, step))
-                elif fresh:
-                    result.tolerated.append(Episode.of(finding, tick, step))
-            active = set(alarms)
-            if result.detection is not None:
-                result.evaluations_after += 1
-                held += bool(active & label.expected)
+            classify(findings, tick)
+        if ended:  # the run ended: judged once more, over all of it, as the monitor does
+            end = T0 + result.simulated
+            b = clock()
+            findings = evaluate(end, final=True)
+            result.evaluate_seconds += clock() - b
+            result.evaluations += 1
+            detected = result.detection
+            classify(findings, end)
+            result.at_end = detected is None and result.detection is not None
     except Exception:  # noqa: BLE001 - a detector bug: report it with its traceback, go on
         result.error = traceback.format_exc()
     result.held = held / result.evaluations_after if result.evaluations_after else math.nan
@@ -577,7 +595,8 @@ def per_seed(results: Sequence[RunResult]) -> str:
                 cells.append(f"{r.seed}: missed")
             else:
                 steps = f"/{r.delay_steps:,.0f} steps" if _counts_steps(r) else ""
-                cells.append(f"{r.seed}: {_duration(r.delay)}{steps}")
+                at_end = " at the end" if r.at_end else ""
+                cells.append(f"{r.seed}: {_duration(r.delay)}{steps}{at_end}")
         lines.append(f"- {name}: " + "; ".join(cells))
     return "\n".join(lines)
 

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -61,6 +61,20 @@ SLOWDOWN_KINDS = frozenset({"abrupt_slowdown", "gradual_slowdown"})
 
 MAX_SPIKE = 40.0
 """Hiccups are capped at ``1 + spike_scale * 40`` times a step: a longer one is a real stall."""
+
+HOOK_AND_STEP_SERIES = frozenset(
+    {
+        "step_seconds",
+        "step_gap_seconds",
+        "train_step",
+        "step_timestamp",
+        "epoch_seconds",
+        "validation_seconds",
+        "tf_allocator_current_bytes",
+        "tracing_count",
+    }
+)
+"""What a run with no step signal lacks: the hook's series and the event files' steps."""
 
 GPU: Labels = (("gpu", "0"),)
 DEVICE: Labels = (("device", "GPU:0"),)
@@ -115,10 +129,17 @@ class MemoryModel:
     rss_base: float = 10 * GIB
     warmup_seconds: float = 45 * 60.0
     """How long the warm-up ramp from ``rss_start`` to ``rss_base`` takes."""
-    warmup_shape: Literal["exp", "linear"] = "exp"
+    warmup_shape: Literal["exp", "linear", "import"] = "exp"
     """``exp``: exponential approach, ~99 % done after ``warmup_seconds`` (tau = that / 4.6;
     allocator pools and caches that fill fast, then slower); ``linear``: a straight ramp
-    (a dataset cache filled during the first epoch)."""
+    (a dataset cache filled during the first epoch); ``import``: a real TensorFlow
+    program's start-up (``tests/data/startup/``): ``rss_start`` from the first reading (the
+    interpreter and TensorFlow's shared libraries), a lumpy climb to ``rss_base`` over
+    ``warmup_seconds`` (imports, model building, tracing: increments lognormal, sigma 0.8,
+    per 0.5 s) and then a creep of ``creep_bytes`` that slows with time constant
+    ``creep_seconds``."""
+    creep_bytes: float = 0.0
+    creep_seconds: float = 15.0
     gc_period: float = 240.0
     """Median seconds between two drops of the GC sawtooth."""
     gc_jitter: float = 0.3
@@ -259,6 +280,9 @@ class TraceSpec:
     injections: tuple[Injection, ...] = ()
     label: Label = field(default_factory=lambda: Label("nothing (healthy)"))
     healthy: bool = False
+    step_signal: bool = True
+    """False: no step, epoch or hook series at all (a custom loop without TensorBoard,
+    watched from outside): only the process and event-file series."""
 
     def with_run(self, seed: int, seconds: float | None = None) -> TraceSpec:
         """The same scenario with another seed (and length)."""
@@ -321,6 +345,13 @@ class Trace:
             yield from batch
 
     def ticks(self) -> Iterator[Tick]:
+        if self.spec.step_signal:
+            yield from self._ticks()
+            return
+        for at, batch in self._ticks():
+            yield at, [sample for sample in batch if sample.series not in HOOK_AND_STEP_SERIES]
+
+    def _ticks(self) -> Iterator[Tick]:
         spec = self.spec
         sm, lm = spec.steps, spec.logs
         # Seeded by scenario name and seed: scenarios that share a model stay independent.
@@ -457,6 +488,13 @@ class _MemoryState:
         self.rng = rng
         mm = spec.memory
         self.tau = mm.warmup_seconds / 4.6
+        # an ``import`` start-up's climb: its share done after each 0.5 s, lumpy (its own
+        # generator: the other scenarios' draws stay as they were)
+        self.climb = np.zeros(1)
+        if mm.warmup_shape == "import":
+            climb_rng = np.random.default_rng([zlib.crc32(spec.name.encode()), spec.seed, 2])
+            lumps = np.exp(0.8 * climb_rng.standard_normal(max(1, round(mm.warmup_seconds / 0.5))))
+            self.climb = np.concatenate([[0.0], np.cumsum(lumps) / lumps.sum()])
         self.leaks = [i for i in spec.injections if isinstance(i, Leak)]
         self.jumps = [i for i in spec.injections if isinstance(i, MemoryJump)]
         self.event_growth = [i for i in spec.injections if isinstance(i, EventFileGrowth)]
@@ -492,9 +530,13 @@ class _MemoryState:
         # -- host RSS --
         if mm.warmup_shape == "linear":
             done = min(1.0, elapsed / mm.warmup_seconds)
+        elif mm.warmup_shape == "import":
+            done = float(np.interp(elapsed / 0.5, np.arange(len(self.climb)), self.climb))
         else:
             done = -math.expm1(-elapsed / self.tau)
         rss = mm.rss_start + (mm.rss_base - mm.rss_start) * done
+        if mm.creep_bytes and elapsed > mm.warmup_seconds:
+            rss -= mm.creep_bytes * math.expm1(-(elapsed - mm.warmup_seconds) / mm.creep_seconds)
         while at >= self.cycle_start + self.cycle_len:
             self.cycle_start += self.cycle_len
             self.cycle_len, self.cycle_amp = self._new_cycle()
@@ -948,6 +990,156 @@ def short_leak_30gb(seed: int = 0) -> TraceSpec:
     )
 
 
+# -- runs with no step signal: start-up, then a leak or a fast event file, or nothing ----
+
+NOSTEP_MEMORY = MemoryModel(
+    rss_start=370 * MIB,
+    rss_base=600 * MIB,
+    warmup_shape="import",
+    creep_bytes=40 * MIB,
+    creep_seconds=15.0,
+    gc_period=3.0,
+    gc_amplitude=8 * MIB,
+    noise=1 * MIB,
+    limit=16 * GIB,
+    tf_base=0.0,
+    gpu=False,
+)
+"""A TensorFlow program's start-up as recorded at 0.5 s (``tests/data/startup/``): 370 MB
+from the first reading, a lumpy climb to 600 MB over seconds (``nostep_climb_seconds``), then
+a slowing creep of 40 MB; RSS moved under 2 MB a reading once settled in the recordings, an
+8 MiB GC sawtooth is kept as a margin."""
+
+NOSTEP_LOGS = LogModel(
+    event_bytes_per_step=0.0,
+    epoch_summary_bytes=0.0,
+    stdout_bytes_per_step=0.0,
+    upload_bytes_per_step=0.0,
+)
+"""No TensorBoard scalars, no uploads: nothing gives a step."""
+
+MEASURABLE_MARGIN = 4.0
+"""Noise standard deviations that, with the GC sawtooth's amplitude, make the widest a
+healthy reading strays from its level: a leak is measurable once it has added that much."""
+
+
+def nostep_climb_seconds(name: str, seed: int) -> float:
+    """How long this run's start-up climbs: 6 s (the recordings: 4.5-7 s on this VM) times a
+    lognormal factor (sigma 0.35: a slower or busier host), 3 to 15 s."""
+    rng = np.random.default_rng([zlib.crc32(name.encode()), seed, 3])
+    return float(np.clip(6.0 * math.exp(0.35 * float(rng.standard_normal())), 3.0, 15.0))
+
+
+def leak_measurable_after(per_hour: float, memory: MemoryModel) -> float:
+    """Seconds after its onset until a leak has outgrown a healthy reading's stray."""
+    return (memory.gc_amplitude + MEASURABLE_MARGIN * memory.noise) / (per_hour / HOUR)
+
+
+NOSTEP_GOAL = "no step signal: flagged within 5 s of measurable growth (0.5-s readings)"
+NOSTEP_SILENT = "no step signal: a start-up (import climb, then creep) not called a leak"
+
+
+def _nostep(
+    name: str,
+    seconds: float,
+    seed: int,
+    make: Callable[[float], tuple[tuple[Injection, ...], Label]],
+) -> TraceSpec:
+    """A run of ``seconds`` whose start-up climbs for its seed's time; ``make`` gets that
+    time (training starts there: the onset of a problem) and gives the injections and label."""
+    climb = nostep_climb_seconds(name, seed)
+    injections, label = make(climb)
+    return TraceSpec(
+        name,
+        seconds,
+        seed,
+        tick=0.5,
+        steps=SHORT_STEPS,
+        memory=replace(NOSTEP_MEMORY, warmup_seconds=climb),
+        logs=NOSTEP_LOGS,
+        injections=injections,
+        label=label,
+        step_signal=False,
+    )
+
+
+def _nostep_leak(name: str, seconds: float, per_hour: float, seed: int) -> TraceSpec:
+    def make(onset: float) -> tuple[tuple[Injection, ...], Label]:
+        measurable = leak_measurable_after(per_hour, NOSTEP_MEMORY)
+        label = Label(
+            f"{seconds:g} s run, no step, RSS +{per_hour / GIB:g} GiB/h from the end of start-up",
+            T0 + onset,
+            frozenset({"host_memory_drift"}),
+            "host_memory_drift",
+            goal=Goal(NOSTEP_GOAL, max_delay=measurable + 5.0),
+        )
+        return (Leak(onset, per_hour),), label
+
+    return _nostep(name, seconds, seed, make)
+
+
+def _nostep_event_file(name: str, seconds: float, per_hour: float, seed: int) -> TraceSpec:
+    def make(onset: float) -> tuple[tuple[Injection, ...], Label]:
+        label = Label(
+            f"{seconds:g} s run, no step, one event file +{per_hour / GIB:g} GiB/h from the "
+            "end of start-up",
+            T0 + onset,
+            frozenset({"event_file_unrotated"}),
+            "event_file_unrotated",
+            # measurable at the first reading after the onset
+            goal=Goal(NOSTEP_GOAL, max_delay=0.5 + 5.0),
+        )
+        return (EventFileGrowth(onset, per_hour),), label
+
+    return _nostep(name, seconds, seed, make)
+
+
+def _nostep_startup(name: str, seconds: float, seed: int) -> TraceSpec:
+    def make(onset: float) -> tuple[tuple[Injection, ...], Label]:
+        silent = frozenset({"host_memory_drift", "event_file_unrotated"})
+        label = Label(
+            f"{seconds:g} s run, no step, start-up climb of {onset:.1f} s, then creep",
+            T0,
+            frozenset(),
+            goal=Goal(NOSTEP_SILENT, silent=silent),
+        )
+        return (), label
+
+    return _nostep(name, seconds, seed, make)
+
+
+def nostep_leak_30gb_15s(seed: int = 0) -> TraceSpec:
+    return _nostep_leak("nostep_leak_30gb_15s", 15.0, 30 * GIB, seed)
+
+
+def nostep_leak_30gb_40s(seed: int = 0) -> TraceSpec:
+    return _nostep_leak("nostep_leak_30gb_40s", 40.0, 30 * GIB, seed)
+
+
+def nostep_leak_400gb_15s(seed: int = 0) -> TraceSpec:
+    return _nostep_leak("nostep_leak_400gb_15s", 15.0, 400 * GIB, seed)
+
+
+def nostep_leak_400gb_40s(seed: int = 0) -> TraceSpec:
+    return _nostep_leak("nostep_leak_400gb_40s", 40.0, 400 * GIB, seed)
+
+
+def nostep_eventfile_100gib_15s(seed: int = 0) -> TraceSpec:
+    return _nostep_event_file("nostep_eventfile_100gib_15s", 15.0, 100 * GIB, seed)
+
+
+def nostep_eventfile_100gib_40s(seed: int = 0) -> TraceSpec:
+    return _nostep_event_file("nostep_eventfile_100gib_40s", 40.0, 100 * GIB, seed)
+
+
+def nostep_startup_15s(seed: int = 0) -> TraceSpec:
+    return _nostep_startup("nostep_startup_15s", 15.0, seed)
+
+
+def nostep_startup_40s(seed: int = 0) -> TraceSpec:
+    return _nostep_startup("nostep_startup_40s", 40.0, seed)
+
+
 INJECTED = {
     "slow_step_10pct": slow_step_10pct,
     "slow_step_2x": slow_step_2x,
@@ -967,5 +1159,13 @@ INJECTED = {
     "nan_at_3h": nan_at_3h,
     "short_slowdown_3x": short_slowdown_3x,
     "short_leak_30gb": short_leak_30gb,
+    "nostep_leak_30gb_15s": nostep_leak_30gb_15s,
+    "nostep_leak_30gb_40s": nostep_leak_30gb_40s,
+    "nostep_leak_400gb_15s": nostep_leak_400gb_15s,
+    "nostep_leak_400gb_40s": nostep_leak_400gb_40s,
+    "nostep_eventfile_100gib_15s": nostep_eventfile_100gib_15s,
+    "nostep_eventfile_100gib_40s": nostep_eventfile_100gib_40s,
+    "nostep_startup_15s": nostep_startup_15s,
+    "nostep_startup_40s": nostep_startup_40s,
 }
 """Scenarios with one injected problem each, by name."""

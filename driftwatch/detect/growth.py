@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from typing import NamedTuple
 
 import numpy as np
 
@@ -105,14 +106,46 @@ class PerStepGrowthDetector:
         return Evaluation(min(score, 10.0), (finding,))
 
 
+FAST_EVENT_FILE_RATE = 10e9 / 3600
+"""Growth of one event file, in bytes per second, that is urgent whatever the phase (10 GB/h)."""
+
+
+class EventFileScale(NamedTuple):
+    """One scale at which an event file's growth is judged."""
+
+    width: float
+    """Window width, seconds."""
+    needed: int
+    """Windows needed to judge."""
+    kept: int
+    """Newest windows judged."""
+    min_rate: float
+    """Growth reported from, bytes per second."""
+    quantile: float
+    """Quantile of the window-to-window rates taken as the file's rate."""
+
+
+EVENT_FILE_SCALES = (
+    EventFileScale(1.0, 4, 4, FAST_EVENT_FILE_RATE, 0.0),
+    EventFileScale(5.0, 6, 16, 1000 * MIB / 3600, 0.25),
+    EventFileScale(60.0, 5, 16, 100 * MIB / 3600, 0.25),
+)
+"""The scales, narrowest first: seconds for urgent growth, minutes for slow."""
+CONCLUDE_EVENT_FILE_POINTS = 3
+"""Windows (the open one included) each scale needs at a run's end."""
+
+
 class UnrotatedEventFileDetector:
     """A single event file growing fast and without end: TensorBoard never rotates them.
 
-    Judged at two scales, so a 40-second run and a week-long one are both covered: 5-second
-    windows over half a minute, for growth ten times the threshold (image summaries every
-    step), and 1-minute windows over 5 to 16 minutes for growth past it. The rate is the
-    lower quartile of the window-to-window growth, so an epoch's burst of summaries cannot
-    pass for steady growth; any shrinking means the file was rotated or replaced.
+    Judged at three scales, so a 15-second run and a week-long one are both covered:
+    the newest four 1-second windows for 10 GB/h and more (image summaries every step: urgent
+    in any phase, with or without a step signal; every window must grow that fast),
+    5-second windows over half a minute for 1 GB/h, and 1-minute windows over 5 to 16
+    minutes for 100 MB/h (the lower quartile of the window-to-window growth). A burst of
+    summaries cannot pass for steady growth; any shrinking means the file was rotated or
+    replaced. At a run's end each scale is judged once more over its windows so far, the
+    open one included, from 3 windows.
     """
 
     name = "event_file_unrotated"
@@ -120,61 +153,80 @@ class UnrotatedEventFileDetector:
 
     def __init__(
         self,
-        rate_threshold: float = 100 * MIB / 3600,
-        scales: tuple[tuple[float, int, float], ...] = ((5.0, 6, 10.0), (60.0, 5, 1.0)),
+        scales: tuple[EventFileScale, ...] = EVENT_FILE_SCALES,
         horizon: float = 24 * 3600.0,
     ) -> None:
-        self.rate_threshold = rate_threshold
         self.horizon = horizon
-        self._scales = [
-            (WindowMeans(width, 16), min_points, factor) for width, min_points, factor in scales
-        ]
+        self._scales = [(WindowMeans(scale.width, scale.kept), scale) for scale in scales]
         self._evaluated: dict[float, tuple[int, Evaluation]] = {}
 
     def observe(self, sample: Sample) -> None:
-        for sizes, _, _ in self._scales:
+        for sizes, _ in self._scales:
             sizes.add(sample.t, sample.value)
 
     def evaluate(self, now: float) -> Evaluation:
         """The scale with the most evidence; each recomputed only when a window closes."""
         evaluations = []
-        for sizes, min_points, factor in self._scales:
+        for sizes, scale in self._scales:
             cached = self._evaluated.get(sizes.width)
             if cached is None or cached[0] != sizes.version:
+                means = [(t, mean) for t, mean, _, _ in sizes.windows()]
                 cached = self._evaluated[sizes.width] = (
                     sizes.version,
-                    self._evaluate(list(sizes.means), min_points, factor),
+                    self._evaluate(means, scale, scale.needed, ended=False),
                 )
             evaluations.append(cached[1])
         return max(evaluations, key=lambda e: e.score)
 
+    def conclude(self, now: float) -> Evaluation:
+        """What the run's event file did over all of it: each scale's windows so far, the
+        open one included, judged from ``CONCLUDE_EVENT_FILE_POINTS`` windows."""
+        live = self.evaluate(now)
+        if live.findings:
+            return live
+        evaluations = [live]
+        for sizes, scale in self._scales:
+            means = [(t, mean) for t, mean, _, _ in sizes.windows(with_open=True)]
+            needed = min(scale.needed, CONCLUDE_EVENT_FILE_POINTS)
+            evaluations.append(self._evaluate(means[-scale.kept :], scale, needed, ended=True))
+        return max(evaluations, key=lambda e: e.score)
+
     def _evaluate(
-        self, means: list[tuple[float, float]], min_points: int, factor: float
+        self, means: list[tuple[float, float]], scale: EventFileScale, needed: int, *, ended: bool
     ) -> Evaluation:
-        if len(means) < min_points:
+        if len(means) < needed:
             return Evaluation(0.0)
         times = np.array([t for t, _ in means])
         sizes = np.array([s for _, s in means])
         growth = np.diff(sizes)
         if np.any(growth < 0):  # the largest file shrank: rotated or deleted
             return Evaluation(0.0)
-        rate = float(np.quantile(growth / np.diff(times), 0.25))
-        score = rate / (self.rate_threshold * factor)
+        rate = float(np.quantile(growth / np.diff(times), scale.quantile))
+        score = rate / scale.min_rate
         if score < 1:
             return Evaluation(max(score, 0.0))
         projected = sizes[-1] + rate * self.horizon
+        grows = "grew" if ended else "grows"
         message = (
-            f"one TensorBoard event file grows by {human_bytes(rate * 3600)}/h "
-            f"(now {human_bytes(float(sizes[-1]))}); in {human_seconds(self.horizon)} it will "
-            f"be {human_bytes(projected)}. Summaries written every step (images, histograms, "
-            "text) grow without bound: log them every N steps (update_freq, "
-            "tf.summary.record_if) or write heavy summaries to their own directory."
+            f"one TensorBoard event file {grows} by {human_bytes(rate * 3600)}/h "
+            + (
+                f"until the run ended (to {human_bytes(float(sizes[-1]))}); had it gone on, in "
+                if ended
+                else f"(now {human_bytes(float(sizes[-1]))}); in "
+            )
+            + f"{human_seconds(self.horizon)} it would be {human_bytes(projected)}. Summaries "
+            "written every step (images, histograms, text) grow without bound: log them every "
+            "N steps (update_freq, tf.summary.record_if) or write heavy summaries to their own "
+            "directory."
         )
-        evidence = {
+        evidence: dict[str, float | str] = {
             "bytes_per_hour": rate * 3600,
             "size_bytes": float(sizes[-1]),
             "projected_bytes": float(projected),
+            "window_seconds": float(times[1] - times[0]) if len(times) > 1 else math.nan,
         }
+        if ended:
+            evidence["judged_at_end"] = "whole run"
         finding = Finding(
             "event_file_unrotated", Severity.WARNING, float(times[0]), message, evidence
         )

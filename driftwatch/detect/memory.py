@@ -18,7 +18,7 @@ import math
 import statistics
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -80,6 +80,17 @@ class WindowMeans:
         self._floor = min(self._floor, value)
         self._count += 1
 
+    def windows(self, *, with_open: bool = False) -> list[tuple[float, float, float, int]]:
+        """(start, mean, floor, readings) of the kept windows, oldest first; ``with_open``:
+        the window still filling too (a run that ended will close it no more)."""
+        closed = [
+            (t, mean, floor, count)
+            for (t, mean), floor, count in zip(self.means, self.floors, self.readings, strict=True)
+        ]
+        if with_open and self._count:
+            closed.append((self._start, self._sum / self._count, self._floor, self._count))
+        return closed
+
 
 @dataclass(frozen=True, slots=True)
 class Trend:
@@ -118,6 +129,7 @@ class Analysis:
 
     settled: list[Trend] = field(default_factory=list)  # past warm-up
     fast: list[Trend] = field(default_factory=list)  # since training started
+    rapid: list[Trend] = field(default_factory=list)  # newest few narrow windows, even
     jumps: list[Jump] = field(default_factory=list)
     # Widths whose segment since training started (and since their last jump) holds
     # enough windows to test: a wider scale that could test fast growth and does not
@@ -127,8 +139,65 @@ class Analysis:
     def merge(self, other: Analysis) -> None:
         self.settled += other.settled
         self.fast += other.fast
+        self.rapid += other.rapid
         self.jumps += other.jumps
         self.fast_tested |= other.fast_tested
+
+
+class StartUp:
+    """When a signal's start-up climb ended, from its shape alone (no step signal needed).
+
+    Fed the floors of the narrowest windows as they close. The climb from the first reading
+    lasts until two windows in a row, alike, rise slowly for the level (``STARTUP_SETTLED``)
+    or faster than the climb did (``STARTUP_FASTER``): a new pace, not a lull or a lump of a
+    lumpy climb. Growth from the first of them on is judged (docs/detectors.md).
+    """
+
+    __slots__ = ("_changing", "_previous", "_rates", "ended_at")
+
+    def __init__(self) -> None:
+        self.ended_at = math.nan
+        self._previous: tuple[float, float] | None = None  # (window start, floor)
+        self._rates: list[float] = []
+        # a window that may begin a new pace: ("faster" or "slower", its start, its rate)
+        self._changing: tuple[str, float, float] | None = None
+
+    def window_closed(self, start: float, floor: float) -> None:
+        if not math.isnan(self.ended_at):
+            return
+        previous, self._previous = self._previous, (start, floor)
+        if previous is None or not start > previous[0]:
+            return
+        rate = (floor - previous[1]) / (start - previous[0])
+        pace = math.nan
+        if len(self._rates) >= STARTUP_PACE_RISES:
+            # The climb's median pace, and its fastest window once the first ones are past
+            # (they may hold the interpreter's and the shared libraries' jump).
+            later = self._rates[STARTUP_PACE_RISES:]
+            pace = max([STARTUP_FASTER * statistics.median(self._rates), *later])
+        # A new pace shows in two windows in a row, alike: one alone is a lump or a lull,
+        # and joins the climb's pace once the next window says so.
+        change = None
+        if rate > pace:  # False while the pace is NaN
+            change = "faster"
+        elif rate <= STARTUP_SETTLED * abs(floor):
+            change = "slower"
+        pending = self._changing
+        if pending is not None and change == pending[0] and _alike(rate, pending[2]):
+            self.ended_at = pending[1]
+            return
+        if pending is not None:
+            self._rates.append(pending[2])
+        if change is None:
+            self._rates.append(rate)
+            self._changing = None
+        else:
+            self._changing = (change, previous[0], rate)
+
+
+def _alike(rate: float, other: float) -> bool:
+    """Neither rises more than ``STARTUP_KNEE`` times the other."""
+    return max(rate, other) <= STARTUP_KNEE * min(rate, other)
 
 
 @dataclass
@@ -137,6 +206,7 @@ class _Signal:
 
     scales: list[WindowMeans]
     first_t: float = math.nan
+    startup: StartUp = field(default_factory=StartUp)
     analysed: dict[float, tuple[tuple[int, float, float], Analysis]] = field(default_factory=dict)
 
 
@@ -157,9 +227,37 @@ class MemoryThresholds:
     scales: tuple[float, ...] = SCALES_SECONDS
 
 
-STARTUP_MAX_SECONDS = 120.0
-"""Memory climbs steeply while a job imports TensorFlow, builds its model and traces it:
-that start-up ends at the first training step, or after this long when none is seen."""
+STARTUP_MAX_SECONDS = 30.0
+"""Longest a signal's climb from its first reading counts as start-up, in seconds."""
+STARTUP_PACE_RISES = 3
+"""Window rises that set a start-up climb's pace before a new pace can end it."""
+STARTUP_FASTER = 1.5
+"""A window rising this many times the climb's median pace (and faster than any since its
+first rises) is faster than start-up."""
+STARTUP_KNEE = 2.0
+"""Two windows are alike when neither rises more than this many times the other."""
+STARTUP_SETTLED = 0.02
+"""A window rising by less than this share of its level per second has settled."""
+RAPID_MAX_WIDTH = 2.0
+"""Widest scale, in seconds, judged for rapid growth on its newest few windows."""
+RAPID_POINTS = 4
+"""Newest window floors a rapid-growth test takes."""
+RAPID_EVEN = 3.0
+"""Rapid growth: no rise of those floors exceeds this many times the smallest."""
+CONCLUDE_MIN_POINTS = 3
+"""Window floors since start-up (the open one included) a run's end needs to state growth."""
+CONCLUDE_MIN_SHARE = 0.1
+"""Growth stated at a run's end adds at least this share of the level it started from."""
+CONCLUDE_JUMP_SHARE = 0.5
+"""Growth stated at a run's end has no window rising by more than this share of it."""
+CONCLUDE_ALPHA = 0.01
+"""Mann-Kendall level for growth stated at a run's end (5 windows or more)."""
+CONCLUDE_PACE = 0.5
+"""Growth stated at a run's end: its newer half rose at least this share of the older's rate."""
+CONCLUDE_STARTUP_SECONDS = 10.0
+"""At a run's end, seconds a start-up climb that never settled is taken to have lasted."""
+CONCLUDE_UNSETTLED_SHARE = 0.5
+"""Growth stated at a run's end after a climb that never settled adds at least this share."""
 MIN_READINGS = 3
 """Readings a scale's windows hold (median) for the scale to be analysed: the floor of a
 window with one or two readings is just those readings, and a GC cycle's rising half, seen
@@ -236,8 +334,12 @@ class MemoryDriftDetector:
             if state is None:
                 widths = [WindowMeans(w, self.thresholds.points) for w in self.thresholds.scales]
                 state = self._signals[sample.labels] = _Signal(widths, first_t=sample.t)
+            narrowest = state.scales[0]
+            closed = narrowest.version
             for scale in state.scales:
                 scale.add(sample.t, sample.value)
+            if narrowest.version != closed:
+                state.startup.window_closed(narrowest.means[-1][0], narrowest.floors[-1])
         elif math.isfinite(sample.value) and sample.value > 0:
             self._limits[sample.labels] = sample.value
 
@@ -248,8 +350,12 @@ class MemoryDriftDetector:
     # -- analysis ----------------------------------------------------------------------
 
     def training_start(self, state: _Signal) -> float:
-        """When start-up ended: growth before it is never judged, not even urgent growth."""
-        return min(self._first_step_at, state.first_t + STARTUP_MAX_SECONDS)
+        """When start-up ended: by the signal's own shape, at the first training step, or
+        after ``STARTUP_MAX_SECONDS``, whichever comes first (no step signal needed: many
+        jobs give none). Growth before it is never judged live, not even urgent growth."""
+        ended = min(self._first_step_at, state.first_t + STARTUP_MAX_SECONDS)
+        by_shape = state.startup.ended_at
+        return min(by_shape, ended) if math.isfinite(by_shape) else ended
 
     def warmup_end(self, state: _Signal) -> float:
         """Warm-up lasts ``warmup_seconds`` and ``warmup_epochs`` epochs, whichever is longer."""
@@ -276,14 +382,24 @@ class MemoryDriftDetector:
     def _analyse(self, scale: WindowMeans, warm_until: float, started: float) -> Analysis:
         """One scale's trends and jumps; cached until a window closes or a phase ends."""
         analysis = Analysis()
-        if (
-            len(scale.means) < self.thresholds.min_points
-            or statistics.median(scale.readings) < MIN_READINGS
-        ):
+        if len(scale.means) < RAPID_POINTS or statistics.median(scale.readings) < MIN_READINGS:
             return analysis
         times = np.array([t for t, _ in scale.means])
         floors = np.array(scale.floors)
         level = scale.means[-1][1]
+        if scale.width <= RAPID_MAX_WIDTH:
+            recent = np.flatnonzero(times >= started)[-RAPID_POINTS:]
+            rapid = self._even_rise(scale.width, times[recent], floors[recent], level)
+            if rapid is not None and len(recent) == RAPID_POINTS:
+                # It has risen since the first of the unbroken run of higher floors.
+                first = int(recent[0])
+                while (
+                    first > 0 and times[first - 1] >= started and floors[first - 1] < floors[first]
+                ):
+                    first -= 1
+                analysis.rapid.append(replace(rapid, since=float(times[first])))
+        if len(scale.means) < self.thresholds.min_points:
+            return analysis
         smallest_jump = max(self.thresholds.min_growth_bytes * 4, 0.005 * level)
         splits = level_jumps(floors, min_jump=smallest_jump, k=4.0)
         for i in splits:
@@ -292,10 +408,11 @@ class MemoryDriftDetector:
         # first floor past a jump is already the new level's (a fall's window has the new
         # floor itself). The segment starts there.
         start = splits[-1] if splits else 0
-        for subset, bucket in (
-            (times >= warm_until, analysis.settled),
-            (times >= started, analysis.fast),
-        ):
+        # Narrow scales are urgent only as rapid growth: a rise must still be even now.
+        buckets = [(times >= warm_until, analysis.settled)]
+        if scale.width > RAPID_MAX_WIDTH:
+            buckets.append((times >= started, analysis.fast))
+        for subset, bucket in buckets:
             idx = np.arange(start, len(floors))
             if subset is not None:
                 idx = idx[subset[start:]]
@@ -317,6 +434,29 @@ class MemoryDriftDetector:
                 decay = _decay(older_slope, newer_slope, half_span)
                 bucket.append(Trend(scale.width, slope, test.p, level, since, len(idx), decay))
         return analysis
+
+    def _even_rise(
+        self, width: float, times: np.ndarray, floors: np.ndarray, level: float
+    ) -> Trend | None:
+        """A rise of contiguous windows' floors that is material, even (every window higher,
+        none by a jump) and keeps its pace (the newer windows rise at least ``SLOWING`` of
+        the older ones' rate): the shape of a leak, not of a level that settles."""
+        if len(floors) < 3 or np.any(np.diff(times) > 2 * width):
+            return None
+        rises = np.diff(floors)
+        if (
+            not np.all(rises > 0)
+            or floors[-1] - floors[0] < self.thresholds.min_growth_bytes
+            or rises.max() > RAPID_EVEN * rises.min()
+        ):
+            return None
+        older, _ = theil_sen(times[:3], floors[:3])
+        newer, _ = theil_sen(times[-3:], floors[-3:])
+        if newer < SLOWING * older:
+            return None
+        slope, _ = theil_sen(times, floors)
+        p = mann_kendall(floors).p
+        return Trend(width, slope, p, level, float(times[0]), len(floors), math.inf)
 
     def evaluate(self, now: float) -> Evaluation:
         findings: list[Finding] = []
@@ -342,6 +482,8 @@ class MemoryDriftDetector:
         # Urgent: growth that reaches the limit within the horizon, projected with the
         # slowing seen, and rising at every wider scale that could test it too (a GC
         # cycle's rising half fills a narrow window but not a wide one).
+        # Rapid growth, judged on a few narrow windows in any phase after start-up, needs
+        # no wider scale's word: its evenness and pace are the evidence.
         horizon = self.thresholds.fast_horizon
         rising = {t.width for t in analysis.fast}
         urgent = [
@@ -350,6 +492,7 @@ class MemoryDriftDetector:
             if t.time_to(limit) < horizon
             and all(w in rising for w in analysis.fast_tested if w > t.width)
         ]
+        urgent += [t for t in analysis.rapid if t.time_to(limit) < horizon]
         # A leak: a material trend in wide windows (10-minute means), held for
         # ``min_span``; narrower windows see the rising half of GC or caching cycles.
         worth = [
@@ -369,17 +512,37 @@ class MemoryDriftDetector:
         # so assume it goes on as long again.
         expected_end = max(horizon, now - state.first_t)
         severity = Severity.CRITICAL if remaining < expected_end else Severity.WARNING
+        finding = self._finding(labels, trend, limit, severity)
+        return finding, 1.0 + (1.0 if severity is Severity.CRITICAL else 0.0)
+
+    def _finding(
+        self, labels: Labels, trend: Trend, limit: float, severity: Severity, *, ended: bool = False
+    ) -> Finding:
         where = "".join(f" {v}" for _, v in labels)
         per_hour = trend.slope * 3600
-        message = (
-            f"{self.what}{where} is growing by {human_bytes(per_hour)}/h since about "
-            f"{clock(trend.since)} (now {human_bytes(trend.level)}, Mann-Kendall p={trend.p:.1g})"
-        )
-        if math.isfinite(remaining):
-            message += (
-                f"; at this rate it reaches its limit of {human_bytes(limit)} in "
-                f"{human_seconds(remaining)}"
+        remaining = trend.time_to(limit)
+        if ended:
+            message = (
+                f"{self.what}{where} grew steadily by {human_bytes(per_hour)}/h from about "
+                f"{clock(trend.since)} until the run ended (to {human_bytes(trend.level)}, "
+                f"{trend.points} windows of {trend.width:g} s, Mann-Kendall p={trend.p:.1g})"
             )
+            if math.isfinite(remaining):
+                message += (
+                    f"; had it gone on, it would have reached its limit of {human_bytes(limit)} "
+                    f"in {human_seconds(remaining)}"
+                )
+        else:
+            message = (
+                f"{self.what}{where} is growing by {human_bytes(per_hour)}/h since about "
+                f"{clock(trend.since)} (now {human_bytes(trend.level)}, "
+                f"Mann-Kendall p={trend.p:.1g})"
+            )
+            if math.isfinite(remaining):
+                message += (
+                    f"; at this rate it reaches its limit of {human_bytes(limit)} in "
+                    f"{human_seconds(remaining)}"
+                )
         advice, extra_evidence = self.explain(trend)
         message += ". " + advice
         evidence: dict[str, float | str] = {
@@ -391,9 +554,84 @@ class MemoryDriftDetector:
         }
         if math.isfinite(limit):
             evidence["limit_bytes"] = limit
+        if ended:
+            evidence["judged_at_end"] = "whole run"
         evidence.update(extra_evidence)
-        finding = Finding(self.name, severity, trend.since, message, evidence)
-        return finding, 1.0 + (1.0 if severity is Severity.CRITICAL else 0.0)
+        return Finding(self.name, severity, trend.since, message, evidence)
+
+    # -- the end of a run --------------------------------------------------------------
+
+    def conclude(self, now: float) -> Evaluation:
+        """The live verdict, and for a signal without one, growth over the whole run since
+        start-up that no live window could judge yet (too few windows, the window still
+        open): stated when it is steady (no single jump, no levelling off) and material."""
+        findings: list[Finding] = []
+        score = 0.0
+        for labels, state in self._signals.items():
+            analysis = self.trends(state)
+            limit = self.limit_for(labels)
+            finding, signal_score = self._judge(labels, analysis, limit, now, state)
+            if finding is None:
+                trend = self._whole_run(state)
+                if trend is not None:
+                    finding = self._finding(labels, trend, limit, Severity.WARNING, ended=True)
+                    signal_score = 1.0
+            score = max(score, signal_score)
+            if finding is not None:
+                findings.append(finding)
+            findings.extend(self._jump_findings(labels, analysis.jumps))
+        return Evaluation(score, tuple(findings))
+
+    def _whole_run(self, state: _Signal) -> Trend | None:
+        """Steady, material growth since start-up over every window kept, the open one too,
+        at the narrowest scale whose windows reach back to it (else the one with the most
+        windows since). A start-up that never settled is taken to have lasted
+        ``CONCLUDE_STARTUP_SECONDS`` at most."""
+        started = self.training_start(state)
+        min_share = CONCLUDE_MIN_SHARE
+        if started > state.first_t + CONCLUDE_STARTUP_SECONDS:  # a climb that never settled
+            started = min(started, state.first_t + CONCLUDE_STARTUP_SECONDS)
+            min_share = CONCLUDE_UNSETTLED_SHARE
+        best: list[tuple[float, float, float, int]] = []
+        width = math.nan
+        for scale in state.scales:
+            windows = scale.windows(with_open=True)
+            since = [w for w in windows if w[0] >= started]
+            if not windows or statistics.median(w[3] for w in windows) < MIN_READINGS:
+                continue
+            if len(since) >= CONCLUDE_MIN_POINTS and windows[0][0] <= started:
+                best, width = since, scale.width
+                break
+            if len(since) > len(best):
+                best, width = since, scale.width
+        # The growth ends where it stopped: a job that stopped training lingers a while.
+        if len(best) > 2:
+            typical = float(np.median(np.diff([w[2] for w in best])))
+            while len(best) > 1 and best[-1][2] - best[-2][2] <= CONCLUDE_PACE * typical:
+                best = best[:-1]
+        if len(best) < CONCLUDE_MIN_POINTS:
+            return None
+        times = np.array([w[0] for w in best])
+        floors = np.array([w[2] for w in best])
+        rises = np.diff(floors)
+        grown = floors[-1] - floors[0]
+        if (
+            grown < max(4 * self.thresholds.min_growth_bytes, min_share * floors[0])
+            or rises.max() > CONCLUDE_JUMP_SHARE * grown
+        ):
+            return None
+        test = mann_kendall(floors)
+        if len(floors) < 5 and not np.all(rises > 0):
+            return None
+        if len(floors) >= 5 and not test.p < CONCLUDE_ALPHA:
+            return None
+        half = len(floors) // 2
+        older, _ = theil_sen(times[: half + 1], floors[: half + 1])
+        newer, _ = theil_sen(times[half:], floors[half:])
+        if newer < CONCLUDE_PACE * older:
+            return None  # levelling off: a start-up's tail, a cache filling
+        slope, _ = theil_sen(times, floors)
+        return Trend(width, slope, test.p, best[-1][1], float(times[0]), len(floors), math.inf)
 
     def _materiality(self, trend: Trend) -> float:
         """Growth over the tested window relative to the smallest worth reporting."""
@@ -431,17 +669,15 @@ class MemoryDriftDetector:
 
 
 def _covering(scales: Iterable[WindowMeans], since: float) -> list[tuple[float, float]]:
-    """(start, floor) since ``since`` from the narrowest scale that reaches back that far
-    with at least 4 windows (probes may be sparser than the windows), else the one with
-    the most windows since then."""
+    """(start, floor) since ``since``, the window still filling included (a leak found
+    within seconds has few windows behind it), from the narrowest scale that reaches back
+    that far with at least 4 windows (probes may be sparser than the windows), else the one
+    with the most windows since then."""
     best: list[tuple[float, float]] = []
     for means in sorted(scales, key=lambda m: m.width):
-        points = [
-            (t, floor)
-            for (t, _), floor in zip(means.means, means.floors, strict=True)
-            if t >= since
-        ]
-        if len(points) >= 4 and means.means[0][0] <= since:
+        windows = means.windows(with_open=True)
+        points = [(t, floor) for t, _, floor, _ in windows if t >= since]
+        if len(points) >= 4 and windows[0][0] <= since:
             return points
         if len(points) > len(best):
             best = points
@@ -563,13 +799,40 @@ class HostMemoryDetector(MemoryDriftDetector):
         return advice, evidence
 
 
+class AllocatorMemoryDetector(MemoryDriftDetector):
+    """TensorFlow allocator memory, judged against its device's limit: a GPU's total memory
+    (NVML's ``gpu`` index matched to TensorFlow's ``GPU:<index>``), else the process's
+    memory limit (a CPU device allocates host memory)."""
+
+    def __init__(self, thresholds: MemoryThresholds = MemoryThresholds()) -> None:
+        super().__init__(
+            "tf_allocator_current_bytes",
+            "tf_memory_drift",
+            "TensorFlow allocator memory",
+            "memory_limit_bytes",
+            thresholds,
+        )
+        self.series = self.series | {"gpu_memory_total_bytes"}
+        self._gpu_totals: dict[str, float] = {}
+
+    def observe(self, sample: Sample) -> None:
+        if sample.series != "gpu_memory_total_bytes":
+            super().observe(sample)
+        elif math.isfinite(sample.value) and sample.value > 0:
+            self._gpu_totals[dict(sample.labels).get("gpu", "")] = sample.value
+
+    def limit_for(self, labels: Labels) -> float:
+        kind, _, index = dict(labels).get("device", "").rpartition(":")
+        if kind.upper().endswith("GPU"):
+            return self._gpu_totals.get(index, math.nan)
+        return super().limit_for(())
+
+
 def memory_detectors() -> list[Detector]:
     """Host RSS, TensorFlow allocator and GPU process memory drift detectors."""
     return [
         HostMemoryDetector(),
-        MemoryDriftDetector(
-            "tf_allocator_current_bytes", "tf_memory_drift", "TensorFlow allocator memory", None
-        ),
+        AllocatorMemoryDetector(),
         MemoryDriftDetector(
             "gpu_process_memory_bytes",
             "gpu_memory_drift",

@@ -1,0 +1,158 @@
+"""Record how a real TensorFlow program's resident memory behaves from its first second.
+
+Runs one healthy program (``PROGRAMS``) and reads its ``VmRSS`` from ``/proc`` every 0.5 s,
+as driftwatch samples a young target, writing the readings as a samples file that
+``driftwatch analyze`` and the unit tests replay: one JSON line per reading,
+``{"t": <unix seconds>, "series": "rss_bytes", "value": <bytes>}``, after one
+``memory_limit_bytes`` line (the host's memory). Run from the repository root::
+
+    .venv/bin/python bench/detection/record_startup.py custom_loop tests/data/startup/x.jsonl
+
+The recordings in ``tests/data/startup/`` were made so, one program at a time, on the
+shared 2-vCPU VM (other work running beside them: start-ups as slow as on a busy host).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+TICK_SECONDS = 0.5
+"""Seconds between two readings: driftwatch's sampling interval for a young target."""
+
+CUSTOM_LOOP = """
+import os
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import time
+import numpy as np
+import tensorflow as tf
+x = np.random.default_rng(0).normal(size=(4096, 32)).astype("float32")
+y = x.sum(axis=1, keepdims=True)
+data = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(4096).batch(32).repeat()
+model = tf.keras.Sequential([tf.keras.Input((32,)), tf.keras.layers.Dense(64, "relu"),
+                             tf.keras.layers.Dense(1)])
+optimizer = tf.keras.optimizers.Adam()
+@tf.function
+def train_step(xb, yb):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean((model(xb, training=True) - yb) ** 2)
+    optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
+                                  model.trainable_variables))
+    return loss
+deadline = time.monotonic() + SECONDS
+for xb, yb in data:
+    loss = train_step(xb, yb)
+    if time.monotonic() > deadline:
+        break
+print(float(loss))
+"""
+
+CNN_FIT = """
+import os
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import time
+import numpy as np
+import keras
+rng = np.random.default_rng(0)
+x = rng.normal(size=(2048, 28, 28, 1)).astype("float32")
+y = rng.integers(0, 10, size=2048)
+layers = keras.layers
+model = keras.Sequential([keras.Input((28, 28, 1)), layers.Conv2D(16, 3, activation="relu"),
+                          layers.MaxPooling2D(), layers.Conv2D(32, 3, activation="relu"),
+                          layers.Flatten(), layers.Dense(10)])
+model.compile(optimizer="adam", metrics=["accuracy"],
+              loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+deadline = time.monotonic() + SECONDS
+class Budget(keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        if time.monotonic() > deadline:
+            self.model.stop_training = True
+model.fit(x, y, batch_size=64, epochs=100, validation_split=0.2, verbose=0, callbacks=[Budget()])
+"""
+
+KEPT_OUTPUTS = CUSTOM_LOOP.replace(
+    "    loss = train_step(xb, yb)\n",
+    "    loss = train_step(xb, yb)\n    kept.append(tf.tile(xb, [1, 16]))\n",
+).replace("deadline = ", "kept = []\ndeadline = ")
+
+PYTHON_FLOAT_LR = (
+    CUSTOM_LOOP.replace("def train_step(xb, yb):", "def train_step(xb, yb, lr):")
+    .replace(
+        "    loss = train_step(xb, yb)\n",
+        "    lr = 0.999 * lr\n    loss = train_step(xb, yb, lr)\n",
+    )
+    .replace("deadline = ", "lr = 0.01\ndeadline = ")
+)
+
+PROGRAMS = {
+    "train_keras": ["examples/train_keras.py", "--epochs", "1000", "--seconds"],
+    "custom_loop": ["-c", CUSTOM_LOOP],
+    "cnn_fit_validation": ["-c", CNN_FIT],
+    "kept_outputs": ["-c", KEPT_OUTPUTS],
+    "python_float_lr": ["-c", PYTHON_FLOAT_LR],
+}
+"""Healthy programs: Keras ``fit`` with TensorBoard and a validation split (the project's
+control example), a ``tf.function`` + ``GradientTape`` loop with no TensorBoard, and a
+small CNN's ``fit`` with a validation split; leaking ones: that loop keeping a 64 KiB tensor
+per batch in a list, and passing a decaying learning rate as a Python float (a new trace
+each step)."""
+
+
+def command(name: str, seconds: float) -> list[str]:
+    program = PROGRAMS[name]
+    if program[0] == "-c":
+        return [sys.executable, "-c", f"SECONDS = {seconds}\n" + program[1]]
+    return [sys.executable, *program, str(seconds)]
+
+
+def rss_bytes(pid: int) -> float | None:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("VmRSS:"):
+            return float(line.split()[1]) * 1024
+    return None
+
+
+def host_memory_bytes() -> float:
+    return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def record(name: str, seconds: float, out: Path) -> int:
+    """Run program ``name`` for about ``seconds`` of training; write its readings to ``out``."""
+    started = time.time()
+    process = subprocess.Popen(command(name, seconds), stdout=subprocess.DEVNULL)
+    lines = [{"t": round(started, 3), "series": "memory_limit_bytes", "value": host_memory_bytes()}]
+    tick = time.monotonic()
+    while process.poll() is None:
+        value = rss_bytes(process.pid)
+        if value is not None and value > 0:
+            lines.append({"t": round(time.time(), 3), "series": "rss_bytes", "value": value})
+        tick += TICK_SECONDS
+        time.sleep(max(0.0, tick - time.monotonic()))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return process.returncode
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
+    parser.add_argument("program", choices=sorted(PROGRAMS))
+    parser.add_argument("out", type=Path, help="samples file to write (JSON lines)")
+    parser.add_argument("--seconds", type=float, default=25.0, help="training time (default 25)")
+    args = parser.parse_args()
+    code = record(args.program, args.seconds, args.out)
+    if code != 0:
+        print(f"{args.program} exited with status {code}", file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
