@@ -202,6 +202,22 @@ def _gap_finding(before: _Part, after: _Part) -> Finding:
     return Finding("recording_gap", Severity.INFO, before.end, message, evidence)
 
 
+def _resumed(observe: Callable[[Sample], None], start: float) -> Callable[[Sample], None]:
+    """``observe`` less the samples of steps taken before a resumed run's ``start``: the
+    latest step known until the run logs one of its own (``step_timestamp``: a stall since
+    before the gap, else), and the interval spanning the gap (``step_seconds``)."""
+
+    def observe_resumed(sample: Sample) -> None:
+        if sample.series == "step_timestamp":
+            if sample.value < start:
+                return
+        elif sample.series == "step_seconds" and sample.t - sample.value < start:
+            return
+        observe(sample)
+
+    return observe_resumed
+
+
 def detect(
     samples: Iterable[Sample],
     every: float = EVALUATE_EVERY_SECONDS,
@@ -223,7 +239,7 @@ def detect(
             if t - last > GAP_SECONDS:  # False for the first sample: NaN compares false
                 parts.append(part.conclude(last, index))
                 part = _Part(new_engine(), start=t, first=index)
-                observe = part.engine.observe
+                observe = _resumed(part.engine.observe, t)
                 next_evaluation = t + every
             elif math.isnan(part.start):  # the first sample
                 part.start = t

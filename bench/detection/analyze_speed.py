@@ -50,6 +50,9 @@ PROBE_EVERY = 20
 CHECKPOINT_EVERY = 5000
 LOG_EVERY = 20
 """Steps between two logged losses in the logdirs (Keras' ``update_freq``)."""
+RESTART_SECONDS = 180.0
+"""A resumed job's start-up before its first step (imports, data, restoring a checkpoint):
+its writer, created then, dates the new event file's first record."""
 GIB = float(1 << 30)
 MIB = float(1 << 20)
 DAY = 86400.0
@@ -142,8 +145,8 @@ def write_logdir(
     ``train/``; return the number of scalars and the last one's wall time.
 
     ``resumed_after`` seconds: halfway, the job stops and resumes that much later from the
-    step it reached, into an event file of its own, as a restarted job's writer creates
-    it. ``first_record_dated``: the date of the (one) event file's first record, by
+    step it reached, into an event file of its own, whose writer the restarted job created
+    ``RESTART_SECONDS`` before that step. ``first_record_dated``: the date of the (one) event file's first record, by
     default that of the start."""
     steps = step_durations(hours * 3600)
     ends = T0 + np.cumsum(steps)
@@ -156,7 +159,7 @@ def write_logdir(
     for i in range(LOG_EVERY - 1, steps.size, LOG_EVERY):
         if resumed_after and i >= half and not resumed:
             log.close()
-            log = EventLog(logdir / "train", float(ends[half] - steps[half]))
+            log = EventLog(logdir / "train", float(ends[half] - steps[half]) - RESTART_SECONDS)
             resumed = True
         log.scalar(i + 1, float(ends[i]), "batch_loss", float(loss[i]))
         scalars += 1
