@@ -249,11 +249,12 @@ def test_a_step_made_anew_every_iteration_stays_the_step_and_counts_as_retracing
     program = (
         MODEL
         + """
-def train_step(x, y):
-    return loss_and_update(x, y)
-
 for _ in range(12):
-    tf.function(train_step)(x, y)  # a new tf.function each time: traced every time
+    @tf.function  # a new Python function and tf.function each time: traced every time
+    def train_step(x, y):
+        return loss_and_update(x, y)
+
+    train_step(x, y)
 """
     )
     report = run_with_autolog(program, tmp_path)

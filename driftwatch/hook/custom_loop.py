@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import inspect
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -88,7 +89,7 @@ class TrainStepRecognizer:
         self.busy = False  # a tf.function call is under way (or fit is), so calls are nested
         self.running: Any = None  # the outermost function being called, while it runs
         self.step: Any = None  # the tf.function recognised as the train step
-        self.step_python: Any = None  # the Python function behind it
+        self.step_python: Any = None  # the code of the Python function behind it
         self.others = 0  # calls of other training functions since the step's last call
         self.last_outputs: Any = None  # what the step's last call returned (NaN checks)
         self.hook = hook
@@ -124,7 +125,7 @@ class TrainStepRecognizer:
             hook.probe()  # the step's tracing count so far is its normal first traces
             atexit.register(self._at_exit)
             log.info("driftwatch: timing %s as the train step", _name(function))
-        elif function.python_function is self.step_python:  # re-created on every iteration
+        elif step_identity(function) is self.step_python:  # re-created on every iteration
             assert self.traces is not None
             self.traces.follow(function, count_its_first_traces=True)
         else:
@@ -137,7 +138,7 @@ class TrainStepRecognizer:
             self.traces.follow(function, count_its_first_traces=False)
             log.info("driftwatch: timing %s as the train step from now on", _name(function))
         self.step = function
-        self.step_python = function.python_function
+        self.step_python = step_identity(function)
         return True
 
     def check_outputs(self, hook: Hook) -> None:
@@ -163,6 +164,19 @@ class TrainStepRecognizer:
                 self.hook.probe()
             except Exception as err:  # noqa: BLE001 - never turn a job's exit into an error
                 log.info("driftwatch: last probe failed: %r", err)
+
+
+def step_identity(function: Any) -> object:
+    """What stays the same when a job makes its train step anew (``@tf.function`` on a
+    ``def`` inside the loop, or ``tf.function(step)`` every iteration): the code of the Python
+    function behind ``function``, through decorators and bound methods; computed once per
+    ``tf.function`` object."""
+    identity = function._driftwatch_identity
+    if identity is None:
+        python = inspect.unwrap(function.python_function)
+        python = getattr(python, "__func__", python)  # a bound method: its function
+        identity = function._driftwatch_identity = getattr(python, "__code__", python)
+    return identity
 
 
 def scalar_outputs(outputs: Any) -> Iterator[tuple[str, float]]:
@@ -233,6 +247,7 @@ def patch_function_call(function_class: Any, state: TrainStepRecognizer) -> None
         return
     clock = time.perf_counter
     function_class._driftwatch_trains = False  # set on an instance once it computes gradients
+    function_class._driftwatch_identity = None  # set on an instance by step_identity
 
     @functools.wraps(original)  # keeps __module__: AutoGraph then calls it unconverted
     def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
