@@ -12,8 +12,8 @@ The first function that trains becomes the train step: each of its outermost cal
 step (``Hook.step_started``/``step_ended`` around it, exactly as ``DriftwatchCallback`` times
 ``fit``), its tracing count is watched (retracing), and each probe (every 100 steps or 10 s)
 checks the scalar floating-point values the last call returned for NaN/Inf. A step that is
-re-created as a new ``tf.function`` around the same Python function on every iteration stays
-the step (and every new one counts as a retrace); another training function called
+re-created as a new ``tf.function`` around the same Python code on every iteration stays the
+step (and every new one counts as a retrace); another training function called
 ``SWITCH_AFTER_CALLS`` times in a row without the step becomes the step.
 
 While a ``fit`` patched by autolog runs (``fit_started``/``fit_ended``), nothing is
@@ -108,14 +108,24 @@ class TrainStepRecognizer:
         hook.step_ended(time.perf_counter())
 
     def _adopt(self, function: Any) -> bool:
-        """Whether ``function`` is (now) the train step; adopts it if so."""
+        """Whether ``function`` is (now) the train step; adopts it if so. A failure here
+        switches recognition off, never reaches the job."""
         if self.disabled:
             return False
+        try:
+            return self._consider(function)
+        except Exception as err:  # noqa: BLE001 - the job's training must go on
+            log.warning("driftwatch: custom-loop recognition switched off: %r", err)
+            self._stand_down()
+            return False
+
+    def _consider(self, function: Any) -> bool:
         step = self.step
         if step is None:
             hook = self.hook
             if hook is None:
                 if user_hook_exists():
+                    log.info("driftwatch: the job times its steps with a Hook of its own")
                     self._stand_down()
                     return False
                 self.hook = hook = shared_hook()
@@ -151,8 +161,6 @@ class TrainStepRecognizer:
             hook.check_finite(value, name)
 
     def _stand_down(self) -> None:
-        if not self.disabled:
-            log.info("driftwatch: this job times its own steps with a Hook: not recognising any")
         self.disabled = True
         self.step = None
         self.last_outputs = None
