@@ -7,6 +7,7 @@ medians (100 steps, or fewer when steps are slow), and only those are tested.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 import statistics
@@ -342,6 +343,8 @@ CLOCK_RESOLUTION = 2e-6
 """Seconds of rounding a unix time stored as a double may add to a time difference."""
 MAX_STEPS_JUMP = 4
 """How many times the usual steps per sample one sample may hold and still chain."""
+CHAIN_CHECKS = 4
+"""Refreshes over which the share of chained samples is averaged (a moving average)."""
 MOST_WALL_TIME = 0.5
 """Share of wall time that periodic stalls must take to be a warning."""
 STILL_MOST_WALL_TIME = 0.4
@@ -363,10 +366,11 @@ class PeriodicStallDetector:
     tail above their lower quartile) and its interval lasted more than its steps at the
     typical step time (the median of the recent samples that do not stand out) by over
     ``STALL_FACTOR - 1`` typical steps: that excess is the stall's duration, wherever in
-    the interval it fell. Stalls recur when most of their intervals, in steps, are within
-    a tenth of the period (or one sample, the resolution of the logging). Times that do
-    not chain at all (a samples file on a coarse clock) are taken as one step per sample.
-    See docs/detectors.md.
+    the interval it fell. Stalls recur when most of their intervals, in samples, are within
+    a tenth of the period or one sample (the resolution of the logging); the period in
+    steps is that in samples times the steps per sample, as a sample checked at each
+    refresh holds. Times that do not chain at all (a samples file on a coarse clock) are
+    taken as one step per sample. See docs/detectors.md.
     """
 
     name = "periodic_stall"
@@ -381,10 +385,10 @@ class PeriodicStallDetector:
         self._band = math.nan  # seconds per step: higher than this, a sample stands out
         self._typical = math.nan  # and the median of the recent samples below that
         self._last_t = math.nan
-        self._steps_per_sample = 1  # the last chained sample's
-        self._chained_rate = 1.0  # moving share of chained samples: do the times chain?
-        self._step = 0  # steps seen
-        # step at the stall's interval end, t, stall seconds
+        self._samples = 0  # samples seen
+        self._steps_per_sample = 1  # the last chained sample's, at a refresh
+        self._chained_share = 1.0  # moving share of chained samples at the refreshes
+        # sample index, t, stall seconds
         self._stalls: deque[tuple[int, float, float]] = deque(maxlen=window)
         self._stalls_seen = 0
         self._most_wall_time = False  # the last verdict warned on the share
@@ -392,55 +396,65 @@ class PeriodicStallDetector:
 
     def observe(self, sample: Sample) -> None:
         value, t = sample.value, sample.t
-        if not math.isfinite(value) or value <= 0:
+        if not 0 < value < math.inf:
             return
-        steps, chained = self._steps_of(value, t - self._last_t)
-        self._last_t = t
-        self._step += steps
-        self._chained_rate += (float(chained) - self._chained_rate) / REFERENCE_REFRESH
-        self._refresh(value, t)
-        # Times that do not chain at all (a samples file on a coarse clock): each sample is
-        # one interval of its own, as if every one were chained.
-        if not (chained or self._chained_rate < 0.5) or not self._typical > 0:
-            return
+        interval, self._last_t = t - self._last_t, t
+        self._samples += 1
+        self._recent.append(value)
+        self._since_refresh += 1
+        if self._since_refresh >= REFERENCE_REFRESH or t - self._refreshed_t >= REFERENCE_SECONDS:
+            self._refresh(value, interval, t)
+        if value > self._band:
+            self._stands_out(value, interval, t)
+
+    def _stands_out(self, value: float, interval: float, t: float) -> None:
+        """A sample above the band is a stall if its interval lasted more than its steps at
+        the typical step time by over ``factor - 1`` typical steps, and it chains."""
+        steps = self._steps_of(value, interval)
+        usual = self._steps_per_sample
+        if steps is None or steps > MAX_STEPS_JUMP * usual:
+            if self._chained_share >= 0.5:
+                return  # it follows time that no step accounts for
+            steps = usual  # the times do not chain at all (a samples file on a coarse clock)
         excess = steps * (value - self._typical)
-        if value >= self._band and excess > (self.factor - 1) * self._typical:
-            self._stalls.append((self._step, t, excess))
+        if excess > (self.factor - 1) * self._typical:
+            self._stalls.append((self._samples, t, excess))
             self._stalls_seen += 1
 
-    def _steps_of(self, value: float, interval: float) -> tuple[int, bool]:
-        """The steps of the interval a sample closes, and whether its time is exactly
-        theirs (it chains to the previous sample)."""
-        if math.isfinite(interval) and interval > 0:
-            steps = max(1, round(interval / value))
-            if abs(interval - steps * value) <= CHAIN_TOLERANCE * value + CLOCK_RESOLUTION:
-                usual, self._steps_per_sample = self._steps_per_sample, steps
-                if steps <= MAX_STEPS_JUMP * usual:
-                    return steps, True
-        return self._steps_per_sample, False
+    @staticmethod
+    def _steps_of(value: float, interval: float) -> int | None:
+        """The steps of the interval a sample closes, if its time is exactly theirs (it
+        chains to the previous sample); else None."""
+        if not 0 < interval < math.inf:
+            return None
+        steps = round(interval / value) or 1
+        if abs(interval - steps * value) > CHAIN_TOLERANCE * value + CLOCK_RESOLUTION:
+            return None
+        return steps
 
-    def _refresh(self, value: float, t: float) -> None:
-        """Keep the sample; now and then, the band and the typical step time from them."""
-        recent = self._recent
-        recent.append(value)
-        self._since_refresh += 1
-        if len(recent) < 10:
+    def _refresh(self, value: float, interval: float, t: float) -> None:
+        """From this sample, whether samples chain and how many steps they hold; from the
+        recent samples (10 or more), the band and the typical step time."""
+        steps = self._steps_of(value, interval)
+        self._chained_share += ((steps is not None) - self._chained_share) / CHAIN_CHECKS
+        if steps is not None:
+            self._steps_per_sample = steps
+        if len(self._recent) < 10:
             return
-        if self._since_refresh < REFERENCE_REFRESH and t - self._refreshed_t < REFERENCE_SECONDS:
-            return
-        values = np.fromiter(recent, float, len(recent))
-        low, quartile = np.quantile(values, (0.05, 0.25))
-        self._band = float(quartile + NOISE_Z * (quartile - low) / LOWER_TAIL_SPREAD)
-        self._typical = float(np.median(values[values < self._band]))
+        ordered = sorted(self._recent)  # a hundred floats: sorted() beats numpy's quantiles
+        low, quartile = ordered[len(ordered) // 20], ordered[len(ordered) // 4]
+        self._band = quartile + NOISE_Z * (quartile - low) / LOWER_TAIL_SPREAD
+        below = bisect.bisect_right(ordered, self._band)  # more than a quarter of them
+        self._typical = (ordered[(below - 1) // 2] + ordered[below // 2]) / 2
         self._since_refresh = 0
         self._refreshed_t = t
 
     def _recurring(self, stalls: FloatArray) -> tuple[FloatArray, float] | None:
-        """The stalls that recur at a regular period, and that period in steps; None if
+        """The stalls that recur at a regular period, and that period in samples; None if
         none do. The odd GC pause or slow batch between checkpoints would break their
         rhythm: the stalls at least half as long as the shortest one are tried, then as the
         next shortest, and so on; the first set that recurs is kept."""
-        extras = stalls[:, 2]  # columns: step, t, stall seconds
+        extras = stalls[:, 2]  # columns: sample index, t, stall seconds
         tried = -1
         for shortest in np.sort(extras)[: len(extras) - self.min_stalls + 1]:
             kept = stalls[extras >= 0.5 * shortest]
@@ -454,16 +468,16 @@ class PeriodicStallDetector:
                 return kept, period
         return None
 
-    def _period(self, intervals: FloatArray) -> float | None:
-        """The period of stalls this many steps apart, if most of them are regular; None
-        if not. Logged every n steps, a period of p steps reads as intervals of the two
-        whole numbers of samples around p / n: their mean is the period."""
-        per_sample = self._steps_per_sample
+    @staticmethod
+    def _period(intervals: FloatArray) -> float | None:
+        """The period of stalls this many samples apart, if most of them are regular; None
+        if not. A period of p steps logged every n reads as intervals of the two whole
+        numbers of samples around p / n: their mean is the period."""
         median = float(np.median(intervals))
-        around = intervals[np.abs(intervals - median) <= max(0.1 * median, per_sample)]
+        around = intervals[np.abs(intervals - median) <= max(0.1 * median, 1)]
         period = float(np.mean(around)) if len(around) else median
-        regular = np.mean(np.abs(intervals - period) < max(0.1 * period, per_sample))
-        if period < 2 * per_sample or regular < 0.7:
+        regular = np.mean(np.abs(intervals - period) < max(0.1 * period, 1))
+        if period < 2 or regular < 0.7:
             return None
         return period
 
@@ -481,22 +495,22 @@ class PeriodicStallDetector:
         if recurring is None:
             return Evaluation(0.0)
         stalls, period = recurring
-        positions, times, extras = stalls[:, 0], stalls[:, 1], stalls[:, 2]
+        samples, times, extras = stalls[:, 0], stalls[:, 1], stalls[:, 2]
         span = float(times[-1] - times[0])
-        periods = max(1, round(float(positions[-1] - positions[0]) / period))
-        every = span / periods
+        every = span / max(1, round(float(samples[-1] - samples[0]) / period))
         # Each stall but the first falls inside the span (a stall ends its interval).
         share = float(extras[1:].sum()) / span if span > 0 else 0.0
         stall = float(np.median(extras))
+        steps = period * self._steps_per_sample
         evidence: dict[str, float | str] = {
-            "period_steps": period,
+            "period_steps": steps,
             "period_seconds": every,
             "stall_seconds": stall,
             "share_of_wall_time": share,
             "steps_per_sample": float(self._steps_per_sample),
         }
         message = (
-            f"about every {every:.1f} s ({period:.0f} steps) training pauses for "
+            f"about every {every:.1f} s ({steps:.0f} steps) training pauses for "
             f"{human_seconds(stall)} (checkpoint, validation or epoch start): {share:.1%} "
             "of wall time."
         )
