@@ -204,8 +204,9 @@ def _gap_finding(before: _Part, after: _Part) -> Finding:
 
 def _resumed(observe: Callable[[Sample], None], start: float) -> Callable[[Sample], None]:
     """``observe`` less the samples of steps taken before a resumed run's ``start``: the
-    latest step known until the run logs one of its own (``step_timestamp``: a stall since
-    before the gap, else), and the interval spanning the gap (``step_seconds``)."""
+    latest step the event files knew of, until the run logs one of its own
+    (``step_timestamp``: else its start-up looks like a stall since before the gap), and the
+    logged interval that spans the gap (``step_seconds``)."""
 
     def observe_resumed(sample: Sample) -> None:
         if sample.series == "step_timestamp":
@@ -229,7 +230,7 @@ def detect(
     finding of each kind and the gaps, in the order they were first reported."""
     parts: list[_Part] = []
     part = _Part(new_engine())
-    observe = part.engine.observe  # looked up once: this loop runs for every sample
+    observe: Callable[[Sample], None] = part.engine.observe  # looked up once: a hot loop
     next_evaluation = -math.inf
     last = math.nan  # the time of the sample before
     index = 0
