@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import json
+import math
 import os
 import pstats
 import resource
@@ -38,7 +39,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -128,8 +129,8 @@ class EventLog:
         event.summary.value.add(tag=tag, simple_value=value)
         self._write(event)
 
-    def _write(self, event: object) -> None:
-        self._records.write(event.SerializeToString())  # type: ignore[attr-defined]
+    def _write(self, event: Any) -> None:
+        self._records.write(event.SerializeToString())
 
     def close(self) -> None:
         self._records.close()
@@ -146,8 +147,8 @@ def write_logdir(
 
     ``resumed_after`` seconds: halfway, the job stops and resumes that much later from the
     step it reached, into an event file of its own, whose writer the restarted job created
-    ``RESTART_SECONDS`` before that step. ``first_record_dated``: the date of the (one) event file's first record, by
-    default that of the start."""
+    ``RESTART_SECONDS`` before that step. ``first_record_dated``: the date of the (one)
+    event file's first record, by default that of the start."""
     steps = step_durations(hours * 3600)
     ends = T0 + np.cumsum(steps)
     half = steps.size // 2
@@ -155,16 +156,17 @@ def write_logdir(
         ends[half:] += resumed_after
     loss = 2.0 * np.exp(-np.arange(steps.size) / steps.size)
     log = EventLog(logdir / "train", T0 if first_record_dated is None else first_record_dated)
-    scalars, resumed = 0, False
+    scalars, resumed, logged = 0, False, math.nan
     for i in range(LOG_EVERY - 1, steps.size, LOG_EVERY):
         if resumed_after and i >= half and not resumed:
             log.close()
             log = EventLog(logdir / "train", float(ends[half] - steps[half]) - RESTART_SECONDS)
             resumed = True
-        log.scalar(i + 1, float(ends[i]), "batch_loss", float(loss[i]))
+        logged = float(ends[i])
+        log.scalar(i + 1, logged, "batch_loss", float(loss[i]))
         scalars += 1
     log.close()
-    return scalars, float(ends[i])
+    return scalars, logged
 
 
 class Timing(NamedTuple):
