@@ -70,7 +70,9 @@ Micro benchmark
     the median and best µs per step.
 
 In situ
-    After the timed rounds, a few more ``fit`` calls of the ``driftwatch`` configuration
+    After the timed rounds (and likewise for ``loop: driftwatch``, timing what the
+    recognised step costs after each call: ``TrainStepRecognizer.called``), a few more
+    ``fit`` calls of the ``driftwatch`` configuration
     run with timing shims on the hook's ``step_started``/``step_ended`` and the callback's
     ``on_train_batch_end``: what those calls cost between real TensorFlow steps (mean per
     step, which includes the probes and page faults, and median and 99th percentile per
@@ -432,7 +434,46 @@ def run_macro(settings: Settings, workdir: Path) -> MacroRun:
     in_situ = measure_in_situ(
         lambda: fit("driftwatch"), callbacks["driftwatch"][0], settings.in_situ_fits
     )
+    print(f"in situ: {settings.in_situ_fits} instrumented {LOOP_NAMES[1]} runs", flush=True)
+    in_situ[LOOP_IN_SITU_ROW] = measure_loop_in_situ(
+        lambda: fit(LOOP_NAMES[1]), settings.in_situ_fits
+    )
     return MacroRun(list(results.values()), in_situ, notes)
+
+
+LOOP_IN_SITU_ROW = "custom loop: recognised step (TrainStepRecognizer.called)"
+
+
+def measure_loop_in_situ(run: Callable[[], object], runs: int) -> tuple[float, float, float]:
+    """Time, inside real custom-loop runs, what the recognised train step costs after each
+    call: ``TrainStepRecognizer.called`` (the hook's step path and the recognizer's
+    bookkeeping; the patch's few loads and stores around the call are not in it), shimmed
+    at the class for ``runs`` runs. (mean µs per step without descheduled calls, median,
+    99th percentile), as ``measure_in_situ``."""
+    from driftwatch.hook.custom_loop import TrainStepRecognizer
+
+    clock = time.perf_counter
+    original = TrainStepRecognizer.called
+    calls: list[float] = []
+
+    def timed_called(self: Any, function: Any, start: float, outputs: Any) -> None:
+        begin = clock()
+        original(self, function, start, outputs)
+        calls.append(clock() - begin)
+
+    TrainStepRecognizer.called = timed_called  # type: ignore[method-assign]
+    try:
+        for _ in range(runs):
+            run()
+    finally:
+        TrainStepRecognizer.called = original  # type: ignore[method-assign]
+    ordered = sorted(calls)
+    kept = [value for value in calls if value <= PREEMPTED]
+    return (
+        sum(kept) / len(kept) * 1e6,
+        statistics.median(ordered) * 1e6,
+        ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] * 1e6,
+    )
 
 
 def measure_in_situ(
@@ -943,11 +984,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if args.quick:
         print("      (quick mode: too few rounds to resolve 2%; run without --quick to judge)")
+    loop_in_situ = macro.in_situ[LOOP_IN_SITU_ROW][0]
     print(
         f"goal: hook per-step path <= {STEP_MICROSECONDS_GOAL:.0f} µs "
         f"(slowest Hook row {worst_hook:.3f} µs): {verdict(step_ok)}"
         f"  [in a real fit: {in_situ_hook:.3f} µs, "
-        f"{verdict(in_situ_hook <= STEP_MICROSECONDS_GOAL)}]"
+        f"{verdict(in_situ_hook <= STEP_MICROSECONDS_GOAL)}; in a real custom loop: "
+        f"{loop_in_situ:.3f} µs, {verdict(loop_in_situ <= STEP_MICROSECONDS_GOAL)}]"
     )
     print(f"total time: {time.perf_counter() - began:.0f} s{' (quick mode)' if args.quick else ''}")
     return 0
