@@ -236,7 +236,7 @@ STARTUP_FASTER = 1.5
 first rises) is faster than start-up."""
 STARTUP_KNEE = 2.0
 """Two windows are alike when neither rises more than this many times the other."""
-STARTUP_SETTLED = 0.02
+STARTUP_SETTLED = 0.025
 """A window rising by less than this share of its level per second has settled."""
 RAPID_MAX_WIDTH = 2.0
 """Widest scale, in seconds, judged for rapid growth on its newest few windows."""
