@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from bench.detection.analyze_speed import T0, YEAR, EventLog
+
 pytest.importorskip("tensorboard")
 
 from tensorboard.compat.proto import event_pb2
@@ -25,7 +27,7 @@ from tensorboard.util import tensor_util
 from driftwatch.errors import SourceUnavailable, TargetAccessDenied, TargetGone
 from driftwatch.series import SERIES, Sample
 from driftwatch.sources import eventfiles
-from driftwatch.sources.eventfiles import EventFileSource, describe
+from driftwatch.sources.eventfiles import EventFileSource, describe, replay_logdir
 from driftwatch.target import Target
 from tests.conftest import REPO, TF_ENV, in_pid_namespace, needs_pid_namespaces
 
@@ -492,3 +494,16 @@ def test_reads_what_tensorflow_writes(tmp_path: Path) -> None:
     durations = [s.value for s in of("step_seconds", samples)]
     assert len(durations) == steps
     assert all(0.015 < d < 10 for d in durations)
+
+
+def test_a_replayed_file_whose_first_record_is_dated_later_still_yields_every_step(
+    tmp_path: Path,
+) -> None:
+    """A summary writer dates its first record when it is created: here three years after the
+    scalars it then holds. Every logged step is replayed all the same."""
+    log = EventLog(tmp_path, created=T0 + 3 * YEAR)
+    for i in range(600):
+        log.scalar(i, T0 + i, "loss", 1.0)
+    log.close()
+    stamps = [s for s in replay_logdir(tmp_path) if s.series == "step_timestamp"]
+    assert len(stamps) >= 600

@@ -420,7 +420,7 @@ def replay_logdir(logdir: Path, resolution: float = 1.0) -> Iterator[Sample]:
             yield Sample("train_step", float(progress.top[0]), t)
             yield Sample("step_timestamp", progress.top[1], t)
 
-    next_emit = -math.inf
+    emitted = -math.inf  # when progress samples were last emitted
     t = math.nan
     streams = [_replay_file(tb, i, path) for i, path in enumerate(paths)]
     for replayed in heapq.merge(*streams, key=lambda r: r.wall_time):
@@ -430,8 +430,8 @@ def replay_logdir(logdir: Path, resolution: float = 1.0) -> Iterator[Sample]:
             seconds = progress.feed(scalar)
             if seconds is not None:
                 yield Sample("step_seconds", seconds, scalar.wall_time)
-        if t >= next_emit:
-            next_emit = t + resolution
+        if abs(t - emitted) >= resolution:  # a record out of time order emits them too
+            emitted = t
             yield from progress_samples(t)
     if math.isfinite(t):  # the final state, whatever the resolution
         yield from progress_samples(t)
