@@ -80,6 +80,12 @@ class WindowMeans:
         self._floor = min(self._floor, value)
         self._count += 1
 
+    @property
+    def open_is_full(self) -> bool:
+        """Whether the window still filling holds as many readings as the last closed one:
+        its floor is as good as final (the next reading closes it)."""
+        return bool(self.readings) and self._count >= self.readings[-1]
+
     def windows(self, *, with_open: bool = False) -> list[tuple[float, float, float, int]]:
         """(start, mean, floor, readings) of the kept windows, oldest first; ``with_open``:
         the window still filling too (a run that ended will close it no more)."""
@@ -169,21 +175,26 @@ class StartUp:
         if previous is None or not start > previous[0]:
             return
         rate = (floor - previous[1]) / (start - previous[0])
-        pace = math.nan
+        pace = median = math.nan
         if len(self._rates) >= STARTUP_PACE_RISES:
-            # The climb's median pace, and its fastest window once the first ones are past
-            # (they may hold the interpreter's and the shared libraries' jump).
-            later = self._rates[STARTUP_PACE_RISES:]
-            pace = max([STARTUP_FASTER * statistics.median(self._rates), *later])
-        # A new pace shows in two windows in a row, alike: one alone is a lump or a lull,
-        # and joins the climb's pace once the next window says so.
+            median = statistics.median(self._rates)
+        if len(self._rates) > STARTUP_PACE_RISES:
+            # Faster than the climb's median pace, and than its fastest window once the
+            # first ones are past (they may hold the interpreter's and the libraries' jump).
+            pace = max([STARTUP_FASTER * median, *self._rates[STARTUP_PACE_RISES:]])
+        # A new pace shows in two windows in a row (faster ones alike): one alone is a lump
+        # or a lull, and joins the climb's pace once the next window says so.
         change = None
         if rate > pace:  # False while the pace is NaN
             change = "faster"
-        elif rate <= STARTUP_SETTLED * abs(floor):
+        elif rate <= STARTUP_SETTLED * abs(floor) and not rate > median / STARTUP_SLOWER:
             change = "slower"
         pending = self._changing
-        if pending is not None and change == pending[0] and _alike(rate, pending[2]):
+        if (
+            pending is not None
+            and change == pending[0]
+            and (change == "slower" or _alike(rate, pending[2]))
+        ):
             self.ended_at = pending[1]
             return
         if pending is not None:
@@ -207,7 +218,9 @@ class _Signal:
     scales: list[WindowMeans]
     first_t: float = math.nan
     startup: StartUp = field(default_factory=StartUp)
-    analysed: dict[float, tuple[tuple[int, float, float], Analysis]] = field(default_factory=dict)
+    analysed: dict[float, tuple[tuple[int, float, float, bool], Analysis]] = field(
+        default_factory=dict
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,13 +244,15 @@ STARTUP_MAX_SECONDS = 30.0
 """Longest a signal's climb from its first reading counts as start-up, in seconds."""
 STARTUP_PACE_RISES = 3
 """Window rises that set a start-up climb's pace before a new pace can end it."""
-STARTUP_FASTER = 1.5
+STARTUP_FASTER = 2.0
 """A window rising this many times the climb's median pace (and faster than any since its
 first rises) is faster than start-up."""
 STARTUP_KNEE = 2.0
 """Two windows are alike when neither rises more than this many times the other."""
 STARTUP_SETTLED = 0.025
 """A window rising by less than this share of its level per second has settled."""
+STARTUP_SLOWER = 2.0
+"""...and by less than the climb's median pace divided by this (not a lull of a slow climb)."""
 RAPID_MAX_WIDTH = 2.0
 """Widest scale, in seconds, judged for rapid growth on its newest few windows."""
 RAPID_POINTS = 4
@@ -371,16 +386,20 @@ class MemoryDriftDetector:
         warm_until = self.warmup_end(state)
         started = self.training_start(state)
         for scale in state.scales:
-            key = (scale.version, warm_until, started)
+            full = scale.width <= RAPID_MAX_WIDTH and scale.open_is_full
+            key = (scale.version, warm_until, started, full)
             cached = state.analysed.get(scale.width)
             if cached is None or cached[0] != key:
-                analysis = self._analyse(scale, warm_until, started)
+                analysis = self._analyse(scale, warm_until, started, full)
                 cached = state.analysed[scale.width] = (key, analysis)
             merged.merge(cached[1])
         return merged
 
-    def _analyse(self, scale: WindowMeans, warm_until: float, started: float) -> Analysis:
-        """One scale's trends and jumps; cached until a window closes or a phase ends."""
+    def _analyse(
+        self, scale: WindowMeans, warm_until: float, started: float, full: bool
+    ) -> Analysis:
+        """One scale's trends and jumps; cached until a window closes or a phase ends.
+        ``full``: rapid growth counts the window still filling, which holds its readings."""
         analysis = Analysis()
         if len(scale.means) < RAPID_POINTS or statistics.median(scale.readings) < MIN_READINGS:
             return analysis
@@ -388,16 +407,22 @@ class MemoryDriftDetector:
         floors = np.array(scale.floors)
         level = scale.means[-1][1]
         if scale.width <= RAPID_MAX_WIDTH:
-            recent = np.flatnonzero(times >= started)[-RAPID_POINTS:]
-            rapid = self._even_rise(scale.width, times[recent], floors[recent], level)
+            rising_times, rising_floors = times, floors
+            if full:
+                start, _, floor, _ = scale.windows(with_open=True)[-1]
+                rising_times, rising_floors = np.append(times, start), np.append(floors, floor)
+            recent = np.flatnonzero(rising_times >= started)[-RAPID_POINTS:]
+            rapid = self._even_rise(scale.width, rising_times[recent], rising_floors[recent], level)
             if rapid is not None and len(recent) == RAPID_POINTS:
                 # It has risen since the first of the unbroken run of higher floors.
                 first = int(recent[0])
                 while (
-                    first > 0 and times[first - 1] >= started and floors[first - 1] < floors[first]
+                    first > 0
+                    and rising_times[first - 1] >= started
+                    and rising_floors[first - 1] < rising_floors[first]
                 ):
                     first -= 1
-                analysis.rapid.append(replace(rapid, since=float(times[first])))
+                analysis.rapid.append(replace(rapid, since=float(rising_times[first])))
         if len(scale.means) < self.thresholds.min_points:
             return analysis
         smallest_jump = max(self.thresholds.min_growth_bytes * 4, 0.005 * level)
