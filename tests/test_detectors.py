@@ -665,6 +665,29 @@ def test_the_end_of_a_run_never_states_a_single_jump_or_a_settling_climb() -> No
     assert whole_run([s for s in samples if s.t - T0 <= 6])[1] == []
 
 
+@pytest.mark.parametrize("seconds", [6.0, 10.0, 15.0])
+def test_a_job_that_ends_within_a_slow_start_up_is_not_stated(seconds: float) -> None:
+    """Recorded start-ups on a host three times as slow, ended while still climbing (an
+    import error, a crash while building the model): nothing at the end."""
+    for name in ("custom_loop", "cnn_fit_validation", "kept_outputs"):
+        samples = [s for s in recorded(name, slower=3.0) if s.t - T0 <= seconds]
+        assert whole_run(samples) == ([], []), name
+
+
+def test_a_burst_of_growth_that_ended_a_short_job_is_stated() -> None:
+    """A 5-s job, flat for a second, then 400 MB/s until it was killed: no live window
+    could judge it; its end states it, with its rate."""
+    samples = [Sample("memory_limit_bytes", 24.0 * GIB, T0)]
+    samples += [
+        Sample("rss_bytes", 10e6 + max(0.0, i * 0.5 - 1.0) * 400e6, T0 + i * 0.5) for i in range(10)
+    ]
+    live, final = whole_run(samples)
+    assert live == []
+    (finding,) = final
+    assert finding.kind == "host_memory_drift"
+    assert float(finding.evidence["slope_bytes_per_hour"]) == pytest.approx(1.44e12, rel=0.1)
+
+
 def test_a_fast_event_file_is_reported_within_seconds_and_a_burst_is_not() -> None:
     """Image summaries every step: one event file growing 100 GiB/h from 3 s, read every
     0.5 s, no step signal: reported within 5.5 s. A burst of 12 MiB spread over a second

@@ -269,10 +269,10 @@ CONCLUDE_ALPHA = 0.01
 """Mann-Kendall level for growth stated at a run's end (5 windows or more)."""
 CONCLUDE_PACE = 0.5
 """Growth stated at a run's end: its newer half rose at least this share of the older's rate."""
-CONCLUDE_STARTUP_SECONDS = 10.0
-"""At a run's end, seconds a start-up climb that never settled is taken to have lasted."""
-CONCLUDE_UNSETTLED_SHARE = 0.5
-"""Growth stated at a run's end after a climb that never settled adds at least this share."""
+CONCLUDE_UNSETTLED_SHARE = 0.4
+"""Growth stated at the end of a run that ended within its start-up: share its newer half adds."""
+CONCLUDE_UNSETTLED_BYTES = 512 * MIB
+"""...and bytes it adds at least (TensorFlow's libraries bring 370 MB in the first second)."""
 MIN_READINGS = 3
 """Readings a scale's windows hold (median) for the scale to be analysed: the floor of a
 window with one or two readings is just those readings, and a GC cycle's rising half, seen
@@ -597,7 +597,7 @@ class MemoryDriftDetector:
             limit = self.limit_for(labels)
             finding, signal_score = self._judge(labels, analysis, limit, now, state)
             if finding is None:
-                trend = self._whole_run(state)
+                trend = self._whole_run(state, now)
                 if trend is not None:
                     finding = self._finding(labels, trend, limit, Severity.WARNING, ended=True)
                     signal_score = 1.0
@@ -607,22 +607,25 @@ class MemoryDriftDetector:
             findings.extend(self._jump_findings(labels, analysis.jumps))
         return Evaluation(score, tuple(findings))
 
-    def _whole_run(self, state: _Signal) -> Trend | None:
+    def _whole_run(self, state: _Signal, now: float) -> Trend | None:
         """Steady, material growth since start-up over every window kept, the open one too,
         at the narrowest scale whose windows reach back to it (else the one with the most
-        windows since). A start-up that never settled is taken to have lasted
-        ``CONCLUDE_STARTUP_SECONDS`` at most."""
+        windows since). A run that ended within its start-up climb is judged on the newer
+        half of its windows, for growth that adds ``CONCLUDE_UNSETTLED_SHARE`` there (a
+        start-up's climb slows after its first jump; a leak does not)."""
         started = self.training_start(state)
         min_share = CONCLUDE_MIN_SHARE
-        if started > state.first_t + CONCLUDE_STARTUP_SECONDS:  # a climb that never settled
-            started = min(started, state.first_t + CONCLUDE_STARTUP_SECONDS)
+        if started > now:  # the climb never settled
+            started = state.first_t
             min_share = CONCLUDE_UNSETTLED_SHARE
         best: list[tuple[float, float, float, int]] = []
         width = math.nan
         for scale in state.scales:
             windows = scale.windows(with_open=True)
             since = [w for w in windows if w[0] >= started]
-            if not windows or statistics.median(w[3] for w in windows) < MIN_READINGS:
+            # The first and the open window may hold part of theirs: judge the others.
+            inner = windows[1:-1] or windows
+            if not windows or statistics.median(w[3] for w in inner) < MIN_READINGS:
                 continue
             if len(since) >= CONCLUDE_MIN_POINTS and windows[0][0] <= started:
                 best, width = since, scale.width
@@ -634,16 +637,24 @@ class MemoryDriftDetector:
             typical = float(np.median(np.diff([w[2] for w in best])))
             while len(best) > 1 and best[-1][2] - best[-2][2] <= CONCLUDE_PACE * typical:
                 best = best[:-1]
+        if min_share == CONCLUDE_UNSETTLED_SHARE:  # within start-up: its newer half only
+            best = best[-max(CONCLUDE_MIN_POINTS, (len(best) + 1) // 2) :]
         if len(best) < CONCLUDE_MIN_POINTS:
             return None
         times = np.array([w[0] for w in best])
         floors = np.array([w[2] for w in best])
         rises = np.diff(floors)
         grown = floors[-1] - floors[0]
-        if (
-            grown < max(4 * self.thresholds.min_growth_bytes, min_share * floors[0])
-            or rises.max() > CONCLUDE_JUMP_SHARE * grown
-        ):
+        # A single jump is never growth: it holds most of the rise (of two rises, 3x the other).
+        lumpy = (
+            rises.max() > RAPID_EVEN * rises.min()
+            if len(rises) < 3
+            else rises.max() > CONCLUDE_JUMP_SHARE * grown
+        )
+        least = 4 * self.thresholds.min_growth_bytes
+        if min_share == CONCLUDE_UNSETTLED_SHARE:
+            least = CONCLUDE_UNSETTLED_BYTES  # more than the interpreter and its libraries
+        if grown < max(least, min_share * floors[0]) or lumpy:
             return None
         test = mann_kendall(floors)
         if len(floors) < 5 and not np.all(rises > 0):
