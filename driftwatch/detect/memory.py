@@ -178,17 +178,18 @@ class StartUp:
         pace = median = math.nan
         if len(self._rates) >= STARTUP_PACE_RISES:
             median = statistics.median(self._rates)
-        if len(self._rates) > STARTUP_PACE_RISES:
-            # Faster than the climb's median pace, and than its fastest window once the
-            # first ones are past (they may hold the interpreter's and the libraries' jump).
-            pace = max([STARTUP_FASTER * median, *self._rates[STARTUP_PACE_RISES:]])
+        later = self._rates[STARTUP_PACE_RISES:]
+        if len(later) >= 2:
+            # Faster than the climb's median pace and than its fastest window once the first
+            # ones are past (they may hold the interpreter's and the libraries' jump).
+            pace = STARTUP_FASTER * max(median, *later)
         # A new pace shows in two windows in a row (faster ones alike): one alone is a lump
         # or a lull, and joins the climb's pace once the next window says so.
         change = None
         if rate > pace:  # False while the pace is NaN
             change = "faster"
-        elif rate <= STARTUP_SETTLED * abs(floor) and not rate > median / STARTUP_SLOWER:
-            change = "slower"
+        elif rate <= STARTUP_SETTLED * abs(floor) and rate <= max(median, 0.0) / STARTUP_SLOWER:
+            change = "slower"  # False while the pace is NaN: a climb's first lumps are small
         pending = self._changing
         if (
             pending is not None
@@ -245,13 +246,13 @@ STARTUP_MAX_SECONDS = 30.0
 STARTUP_PACE_RISES = 3
 """Window rises that set a start-up climb's pace before a new pace can end it."""
 STARTUP_FASTER = 2.0
-"""A window rising this many times the climb's median pace (and faster than any since its
-first rises) is faster than start-up."""
+"""A window rising this many times the climb's median pace and its fastest since its first
+rises is faster than start-up."""
 STARTUP_KNEE = 2.0
 """Two windows are alike when neither rises more than this many times the other."""
 STARTUP_SETTLED = 0.025
 """A window rising by less than this share of its level per second has settled."""
-STARTUP_SLOWER = 2.0
+STARTUP_SLOWER = 3.0
 """...and by less than the climb's median pace divided by this (not a lull of a slow climb)."""
 RAPID_MAX_WIDTH = 2.0
 """Widest scale, in seconds, judged for rapid growth on its newest few windows."""
