@@ -147,3 +147,28 @@ def done(**numbers: object) -> None:
     """Prints what the run did, one ``name=value`` line."""
     print("done " + " ".join(f"{name}={value}" for name, value in numbers.items()), flush=True)
     sys.stdout.flush()
+
+
+def fit_with_validation(args: argparse.Namespace, logger: Any) -> None:
+    """Fits a small regression model in epochs of 512 batches, validating after each, with
+    the ``logger`` callback, until ``args.seconds`` have passed; prints what it did."""
+    train = 16384
+    x, y = linear_problem(samples=train + 4096)
+    model = dense_net()
+    model.compile(optimizer=keras.optimizers.Adam(1e-3), loss="mse", metrics=["mae"])
+    deadline = Deadline(args.seconds)
+    stop = StopAt(deadline)
+    history = model.fit(
+        x[:train],
+        y[:train],
+        validation_data=(x[train:], y[train:]),
+        batch_size=32,
+        epochs=10_000,
+        verbose=0,
+        callbacks=[logger, stop],
+    )
+    done(
+        epochs=len(history.history["val_loss"]),
+        steps=len(stop.pace.ends),
+        steps_per_second=stop.pace.rates(),
+    )

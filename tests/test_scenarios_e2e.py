@@ -94,6 +94,8 @@ def run_scenario(verdict: Verdict, tmp_path: Path) -> list[dict[str, Any]]:
         if findings.exists()
         else []
     )
+    said = [line for line in result.stdout.splitlines() if line.startswith("done ")]
+    print(f"{verdict}: {said[-1] if said else 'no done line'}")  # what the program did
     print(f"{verdict}: {described(reported) or 'no findings'}")
     return reported
 

@@ -1,0 +1,26 @@
+"""``model.fit`` with validation after every epoch and the TensorBoard callback.
+
+A textbook ``fit``: epochs of a couple of seconds, validation after each, the TensorBoard
+callback with its defaults. With TensorFlow 2.21 and Keras 3.15 the callback costs about
+2 KB of host memory per training step, for good (measured: +1.2 MB/s, linear for a minute;
+the same program without the callback stays flat), as in tensorflow/tensorflow#34876
+("memory leak in fit() with callback ... only happens when a callback is assigned, any
+callback eg: tensorboard").
+
+python scenarios/fit_validation_tensorboard.py [--seconds 20]
+"""
+
+from __future__ import annotations
+
+import keras
+
+from _common import fit_with_validation, options
+
+
+def main() -> None:
+    args = options(__doc__)
+    fit_with_validation(args, keras.callbacks.TensorBoard(args.logdir))
+
+
+if __name__ == "__main__":
+    main()
