@@ -267,7 +267,9 @@ CONCLUDE_MIN_SHARE = 0.1
 CONCLUDE_JUMP_SHARE = 0.5
 """Growth stated at a run's end has no window rising by more than this share of it."""
 CONCLUDE_ALPHA = 0.01
-"""Mann-Kendall level for growth stated at a run's end (5 windows or more)."""
+"""Mann-Kendall level for growth stated at a run's end, from ``CONCLUDE_MK_POINTS`` windows."""
+CONCLUDE_MK_POINTS = 6
+"""Windows from which that test applies; fewer must each be higher than the last."""
 CONCLUDE_PACE = 0.5
 """Growth stated at a run's end: its newer half rose at least this share of the older's rate."""
 CONCLUDE_UNSETTLED_SHARE = 0.4
@@ -658,9 +660,9 @@ class MemoryDriftDetector:
         if grown < max(least, min_share * floors[0]) or lumpy:
             return None
         test = mann_kendall(floors)
-        if len(floors) < 5 and not np.all(rises > 0):
+        if len(floors) < CONCLUDE_MK_POINTS and not np.all(rises > 0):
             return None
-        if len(floors) >= 5 and not test.p < CONCLUDE_ALPHA:
+        if len(floors) >= CONCLUDE_MK_POINTS and not test.p < CONCLUDE_ALPHA:
             return None
         half = len(floors) // 2
         older, _ = theil_sen(times[: half + 1], floors[: half + 1])
