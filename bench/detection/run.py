@@ -9,8 +9,10 @@ Run from the repository root::
     .venv/bin/python bench/detection/run.py --scenario leak_50 --scenario nan_at_3h
 
 Each run's samples (see ``bench/detection/traces.py``) are fed to ``engine.observe`` in time
-order; at each monitoring tick (10 s of simulated time, 0.5 s for the 40-second runs) the
-tick's samples are fed and ``engine.evaluate(T)`` is called. A finding of warning or
+order; at each monitoring tick (10 s of simulated time, 0.5 s for the 15- and 40-second
+runs) the tick's samples are fed and ``engine.evaluate(T)`` is called, and once a run
+reaches its end, ``engine.evaluate(end, final=True)``, as the monitor does after the target
+exits (a detection there is shown "at the end"). A finding of warning or
 critical severity becomes an *episode* when its kind was not active at the previous
 evaluation. An episode of an expected kind after the onset is a detection (the first one
 gives the delay, in seconds and, for step-time scenarios, in steps); any other
