@@ -37,6 +37,7 @@ def options(doc: str | None) -> argparse.Namespace:
     args = parser.parse_args()
     if not args.logdir:
         args.logdir = tempfile.mkdtemp(prefix="scenario-")
+    os.makedirs(args.logdir, exist_ok=True)
     return args
 
 
