@@ -4,12 +4,14 @@ Each signal (host RSS, TensorFlow's allocator, GPU process memory) is averaged i
 consecutive windows at several widths (1.5 s to 10 min) and the newest ``points`` means of
 each are tested: Theil-Sen slope and Mann-Kendall trend (corrected for lag-1
 autocorrelation), within the segment after the last level jump, so a one-off allocation is
-a "memory step", not a leak. Short scales see fast growth within seconds, long ones a slow
-leak over hours. Start-up (imports, model building, tracing: until the first training step)
-is never judged; warm-up is excluded, and a trend counts as a leak only once it has held for
-``min_span`` seconds (a GC or caching cycle rises for minutes, then falls), except growth
-that would exhaust the limit within ``fast_horizon`` seconds: that is reported whenever it
-is seen.
+a "memory step", not a leak. Short scales see fast growth within seconds (rapid growth on
+their newest few windows), long ones a slow leak over hours. Start-up (imports, model
+building, tracing) is never judged: it ends on the signal's own shape (``StartUp``), at the
+first training step, or after ``STARTUP_MAX_SECONDS``, so no step signal is needed. Warm-up
+is excluded, and a trend counts as a leak only once it has held for ``min_span`` seconds (a
+GC or caching cycle rises for minutes, then falls), except growth that would exhaust the
+limit within ``fast_horizon`` seconds: that is reported whenever it is seen. At a run's end
+(``conclude``), growth no live window could judge yet is stated over the whole run.
 """
 
 from __future__ import annotations
