@@ -252,6 +252,9 @@ def test_start_up_is_never_judged_and_ends_without_a_step_signal() -> None:
 
 def test_leak_class_from_tf_memory_and_tracing() -> None:
     def leak_with(extra: str) -> str:
+        return str(leak_finding(extra).evidence["leak_class"])
+
+    def leak_finding(extra: str) -> Finding:
         detector = HostMemoryDetector()
         samples = rss(5, 200 * MIB, onset_h=1.5)
         for i, sample in enumerate(samples[1:]):
@@ -265,6 +268,8 @@ def test_leak_class_from_tf_memory_and_tracing() -> None:
                         (("device", "CPU:0"),),
                     )
                 )
+            elif extra == "hook without allocator statistics" and i % 6 == 0:
+                samples.append(Sample("tracing_count", 3.0, sample.t))
             elif extra in ("retracing", "flat") and i % 6 == 0:
                 samples.append(
                     Sample("tf_allocator_current_bytes", 1e8, sample.t, (("device", "CPU:0"),))
@@ -273,12 +278,17 @@ def test_leak_class_from_tf_memory_and_tracing() -> None:
                 samples.append(Sample("tracing_count", float(count), sample.t))
         samples.sort(key=lambda s: s.t)
         (finding,) = feed(detector, samples).findings
-        return str(finding.evidence["leak_class"])
+        return finding
 
     assert leak_with("tensors") == "tensors_kept_alive"
     assert leak_with("retracing") == "retracing"
     assert leak_with("flat") == "framework_state"
     assert leak_with("none") == "unknown"
+    assert "under driftwatch run" in leak_finding("none").message
+    # Under driftwatch run on a CPU: the hook runs, TF's allocator keeps no statistics.
+    hooked = leak_finding("hook without allocator statistics")
+    assert hooked.evidence["leak_class"] == "unknown"
+    assert "--cpu-allocator-stats" in hooked.message
 
 
 def test_a_long_validation_is_no_stall_but_a_longer_silence_is() -> None:

@@ -823,14 +823,23 @@ class HostMemoryDetector(MemoryDriftDetector):
                 ),
                 tf_slope,
             )
-        return (
-            "unknown",
-            (
+        if self._tf:
+            advice = (
+                "TensorFlow's allocator has not been probed over this window yet: the likely "
+                "class follows once it has."
+            )
+        elif self._traces["tracing_count"]:  # the hook runs: the allocator keeps no statistics
+            advice = (
+                "TensorFlow's allocator keeps no statistics here (its CPU allocator does not "
+                "by default; driftwatch run --cpu-allocator-stats turns them on), so tensors "
+                "cannot be told from Python state: compare two tracemalloc snapshots."
+            )
+        else:
+            advice = (
                 "Without the in-process hook driftwatch cannot tell tensors from Python state: "
                 "run the job under driftwatch run, or compare two tracemalloc snapshots."
-            ),
-            tf_slope,
-        )
+            )
+        return "unknown", advice, tf_slope
 
     def explain(self, trend: Trend) -> tuple[str, dict[str, float | str]]:
         leak_class, advice, tf_slope = self.leak_class(trend)
