@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
@@ -150,6 +150,52 @@ def test_slow_callbacks_by_share_and_by_growth() -> None:
         for s in (Sample("step_seconds", 0.05, T0 + i), Sample("step_gap_seconds", 0.002, T0 + i))
     ]
     assert feed(quiet, calm).findings == ()
+
+
+def test_a_custom_loops_own_python_between_tiny_steps_is_no_slow_callback() -> None:
+    """Expected: a healthy custom loop of 0.74-ms steps spends 0.27 ms per step fetching the
+    next batch and calling the step (measured in scenarios/healthy_loop.py): a third of each
+    step, but nothing to fix. The same third of 10-ms steps is reported."""
+
+    def findings(step: float, gap: float) -> tuple[Finding, ...]:
+        samples = [
+            s
+            for i in range(20_000)
+            for s in (
+                Sample("step_seconds", step, T0 + i * step),
+                Sample("step_gap_seconds", gap, T0 + i * step),
+            )
+        ]
+        return feed(SlowCallbackDetector(), samples).findings
+
+    assert findings(0.00074, 0.00027) == ()
+    (finding,) = findings(0.010, 0.0037)
+    assert finding.kind == "slow_callbacks"
+
+
+def test_the_end_of_a_short_run_whose_steps_slowed_from_its_start_reports_it() -> None:
+    """Expected: a 20-s run whose steps go from 1.3 ms to 3.4 ms at an even pace (host work
+    growing with the history, as in scenarios/loop_plateau_check.py) never gets a baseline
+    of its own to be slower than, live; its end states a gradual slowdown of about 2.6x. A
+    20-s run that wanders by 1.3x (a loaded shared host) is stated at no end."""
+    rng = np.random.default_rng(7)
+
+    def run(step_at: Callable[[float], float]) -> SlowdownDetector:
+        detector, t = SlowdownDetector(), T0
+        while t < T0 + 20:
+            step = step_at(t - T0) * float(rng.lognormal(0, 0.1))
+            t += step
+            detector.observe(Sample("step_seconds", step, t))
+        return detector
+
+    slowing = run(lambda s: 0.0013 + (0.0034 - 0.0013) * s / 20)
+    assert slowing.evaluate(T0 + 20).findings == ()
+    (finding,) = slowing.conclude(T0 + 20).findings
+    assert finding.kind == "gradual_slowdown"
+    assert 2.0 < float(finding.evidence["ratio"]) < 3.2
+    assert finding.evidence["judged_at_end"] == "whole run"
+    wandering = run(lambda s: 0.0013 * (1.3 if 8 < s < 14 else 1.0))
+    assert wandering.conclude(T0 + 20).findings == ()
 
 
 # -- memory ------------------------------------------------------------------------------

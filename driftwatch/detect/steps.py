@@ -77,6 +77,16 @@ MIN_BLOCK_SECONDS = 1.0
 last less than a burst of scheduler contention, which would then look like a slowdown."""
 MAX_SUB_BLOCKS = 256
 """Bounds the sub-blocks merged into one block (a clock that jumps back never closes one)."""
+WHOLE_RUN_BLOCKS = 240
+"""Blocks a run may have for its end to judge all of them (longer runs have a baseline)."""
+WHOLE_RUN_SKIP_BLOCKS = 1
+"""First blocks of a run that its end leaves out (the first steps trace the function)."""
+WHOLE_RUN_MIN_BLOCKS = 8
+"""Blocks a run needs for its end to judge a slowdown over all of it."""
+WHOLE_RUN_BAR = 2.0
+"""Ratio of the fitted last to first block time that the end of a short run reports."""
+WHOLE_RUN_ALPHA = 0.001
+"""Mann-Kendall level at which the blocks of a short run rise steadily."""
 BASELINE_CHUNKS = 48
 """Chunk medians the baseline keeps: with 30 blocks a chunk, a day of 1-s steps."""
 
@@ -127,6 +137,8 @@ class SlowdownDetector:
         self._sub_blocks: list[float] = []  # log medians of the sub-blocks of the open block
         self._last_block_t = -math.inf
         self._warmup_left = warmup_blocks
+        self._run_levels: list[tuple[float, float]] = []  # (t, log level), short runs
+        self._run_blocks = 0  # blocks closed, all of them
         self._chunk: list[float] = []  # log levels of the chunk being filled
         self._held: deque[float] = deque()  # log levels waiting for the sum to clear them
         self._chunks: deque[float] = deque(maxlen=BASELINE_CHUNKS)  # medians of the newest chunks
@@ -159,6 +171,9 @@ class SlowdownDetector:
         level = statistics.median(self._sub_blocks)
         self._sub_blocks.clear()
         self._last_block_t = t
+        self._run_blocks += 1
+        if WHOLE_RUN_SKIP_BLOCKS < self._run_blocks <= WHOLE_RUN_BLOCKS:
+            self._run_levels.append((t, level))
         if self._warmup_left > 0:
             self._warmup_left -= 1
             return
@@ -323,6 +338,49 @@ class SlowdownDetector:
             )
             kind = "abrupt_slowdown"
         return Evaluation(score, (Finding(kind, severity, since, message, evidence),))
+
+    def conclude(self, now: float) -> Evaluation:
+        """The live verdict; for a short run without one, a steady slowdown over all of it:
+        a run whose steps slowed from its start has a baseline that followed them, and one
+        of seconds has none. Reported when its blocks rise steadily (Mann-Kendall) to
+        ``WHOLE_RUN_BAR`` times the first (Theil-Sen line)."""
+        live = self.evaluate(now)
+        levels = self._run_levels
+        if (
+            live.findings
+            or self._run_blocks > WHOLE_RUN_BLOCKS
+            or len(levels) < WHOLE_RUN_MIN_BLOCKS
+        ):
+            return live
+        times = np.array([t for t, _ in levels])
+        logs = np.array([level for _, level in levels])
+        slope, intercept = theil_sen(times, logs)
+        first = math.exp(intercept + slope * times[0])
+        last = math.exp(intercept + slope * times[-1])
+        ratio = last / first
+        test = mann_kendall(logs)
+        score = max(live.score, ratio / WHOLE_RUN_BAR if test.p < WHOLE_RUN_ALPHA else 0.0)
+        if ratio < WHOLE_RUN_BAR or test.p >= WHOLE_RUN_ALPHA:
+            return Evaluation(score)
+        since = float(times[0])
+        message = (
+            f"steps got slower all through the run: {ratio:.2f}x from its first blocks to its "
+            f"last ({human_seconds(first)} -> {human_seconds(last)} per step, Mann-Kendall "
+            f"p={test.p:.1g}), too short or slowing too early for a baseline of its own. Likely "
+            "causes: growing Python-side state per step (lists, metrics, summaries), an input "
+            "pipeline or cache that degrades, retracing or memory pressure. Compare a py-spy "
+            "or TF Profiler trace from late in the run with one from its start."
+        )
+        evidence: dict[str, float | str] = {
+            "ratio": ratio,
+            "baseline_step_seconds": first,
+            "current_step_seconds": last,
+            "onset": since,
+            "judged_at_end": "whole run",
+        }
+        severity = Severity.CRITICAL if ratio >= 2 else Severity.WARNING
+        finding = Finding("gradual_slowdown", severity, since, message, evidence)
+        return Evaluation(score, (finding,))
 
 
 STALL_FACTOR = 5.0
@@ -541,9 +599,15 @@ class PeriodicStallDetector:
         return Evaluation(1.0 if severity is Severity.WARNING else 0.5, (finding,))
 
 
+MIN_GAP_SECONDS = 0.001
+"""Time outside the train step per step below which it is never reported (seconds)."""
+
+
 class SlowCallbackDetector:
     """Time between train steps (other callbacks, input pipeline, host work) that takes a
-    large or growing share of each step. Needs the hook."""
+    large or growing share of each step, and at least ``MIN_GAP_SECONDS``: a custom loop's
+    own Python (fetching the next batch, calling the step) costs a few tenths of a
+    millisecond, a large share of sub-millisecond steps. Needs the hook."""
 
     name = "slow_callbacks"
     series = frozenset({"step_seconds", "step_gap_seconds"})
@@ -587,6 +651,7 @@ class SlowCallbackDetector:
             return Evaluation(0.0)
         grown = share - self._baseline_share if math.isfinite(self._baseline_share) else 0.0
         score = max(share / self.share_threshold, grown / self.growth_threshold)
+        score *= min(1.0, self._gap / MIN_GAP_SECONDS)
         if score < 1:
             self._since = math.nan
             return Evaluation(score)
