@@ -456,11 +456,11 @@ def daemon(
             metrics_app(lambda: node.snapshots), host, port, "watching this machine's runs", tls
         )
         stack.callback(server.close)
-        print(
-            f"driftwatch: daemon started; history in {history.path}; metrics at {server.url}",
-            file=sys.stderr,
-        )
-        with handling_signals(node) as received:
+        with handling_signals(node) as received:  # before saying it has started
+            print(
+                f"driftwatch: daemon started; history in {history.path}; metrics at {server.url}",
+                file=sys.stderr,
+            )
             node.run()
     if history.failed is None:
         print(

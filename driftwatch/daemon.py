@@ -66,6 +66,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL = 2.0
 SCAN_EVERY_TICKS = 5
+SWEEP_AFTER_SECONDS = 10.0
+"""Seconds between finding a channel's process gone and removing the channel."""
 """The process table is read every this many ticks: a node has hundreds of processes, and a
 job that only a pattern finds can wait a few seconds more to be noticed."""
 
@@ -216,7 +218,8 @@ class Daemon:
 
     ``load`` reads the configuration (called again on ``reload``); ``directories`` says
     where to look for channels; ``scan`` lists the process table; ``clock`` stamps samples;
-    ``on_finding`` gets each run's findings; ``history``, if any, records every run.
+    ``on_finding`` gets each run's findings; ``history``, if any, records every run;
+    ``sweep_after``: seconds before the channel of an exited process is removed.
     """
 
     def __init__(
@@ -230,6 +233,7 @@ class Daemon:
         clock: Callable[[], float] = time.time,
         on_finding: Callable[[str, Finding], None] = lambda run, finding: None,
         history: History | None = None,
+        sweep_after: float = SWEEP_AFTER_SECONDS,
     ) -> None:
         self._load = load
         self.config = load()
@@ -246,6 +250,8 @@ class Daemon:
         self._writers: dict[Path, Key] = {}  # the process that writes each channel seen
         self._refused: set[Path] = set()  # not channels, or of processes out of sight
         self._litter: set[Path] = set()  # channels of exited processes we cannot remove
+        self._exited: dict[Path, tuple[float, str]] = {}  # to remove: since when, and why
+        self._sweep_after = sweep_after
         self._ticks = 0
         self._wake = threading.Event()
         self._stop_requested = False
@@ -266,6 +272,7 @@ class Daemon:
         self._sample(due_only=False)
 
     def _discover(self) -> None:
+        self._sweep_due()
         self._discover_channels()  # first: a hooked process is named by its hook
         if self._ticks % SCAN_EVERY_TICKS == 0:
             self._forget_exited()
@@ -302,6 +309,7 @@ class Daemon:
 
     def _discover_channels(self) -> None:
         seen = {w.channel for w in self._watched.values()} | self._refused | self._litter
+        seen |= self._exited.keys()
         for directory in self._directories(self.config):
             # Other users' directories are closed to a daemon without root or
             # CAP_DAC_READ_SEARCH: that is expected, not worth a line.
@@ -486,14 +494,27 @@ class Daemon:
         log.info("stopped watching %s (pid %d): %s", watched.monitor.run, key[0], reason)
 
     def _sweep(self, path: Path, why: str = "its process has exited") -> None:
-        """Remove the channel of a process that has exited: nobody will write it again.
+        """Remove the channel of a process that has exited, ``sweep_after`` seconds after it
+        is first found so: nobody will write it again, but another monitor of the same job
+        (``driftwatch run``, a second daemon) may still be reading its last records, which
+        need the metadata beside it."""
+        self._exited.setdefault(path, (time.monotonic(), why))
+        self._sweep_due()
+
+    def _sweep_due(self, everything: bool = False) -> None:
+        """Remove the exited processes' channels whose time has come (``everything``: all).
 
         One that cannot be removed (e.g. a read-only mount) is logged once and left alone.
         """
-        if remove_channel(path):
-            log.info("removed %s: %s", path, why)
-        else:
-            self._litter.add(path)
+        now = time.monotonic()
+        for path, (since, why) in list(self._exited.items()):
+            if not everything and now - since < self._sweep_after:
+                continue
+            del self._exited[path]
+            if remove_channel(path):
+                log.info("removed %s: %s", path, why)
+            else:
+                self._litter.add(path)
 
     def _skip(self, key: Key, reason: str) -> None:
         self._skipped.add(key)
@@ -566,6 +587,7 @@ class Daemon:
             watched.monitor.close()
         self._watched.clear()
         self.snapshots = ()
+        self._sweep_due(everything=True)
 
 
 @contextmanager

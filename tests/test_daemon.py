@@ -31,7 +31,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from driftwatch.channel import ChannelWriter, ensure_private_dir
-from driftwatch.daemon import SCAN_EVERY_TICKS, Config, Daemon, channel_dirs, load_config
+from driftwatch.daemon import (
+    SCAN_EVERY_TICKS,
+    SWEEP_AFTER_SECONDS,
+    Config,
+    Daemon,
+    channel_dirs,
+    load_config,
+)
 from driftwatch.errors import HistoryError, UsageError
 from driftwatch.history import HistoryReader, RunRecord
 from driftwatch.hook.protocol import SERIES_META, Kind
@@ -72,8 +79,13 @@ def sleepers() -> Iterator[Sleepers]:
 
 
 def make_daemon(channels: Path, *matches: str) -> Daemon:
-    """A daemon that looks for channels in ``channels`` only."""
-    return Daemon(lambda: load_config(None, matches, 0.1), directories=lambda config: [channels])
+    """A daemon that looks for channels in ``channels`` only, and removes those of exited
+    processes at once."""
+    return Daemon(
+        lambda: load_config(None, matches, 0.1),
+        directories=lambda config: [channels],
+        sweep_after=0.0,
+    )
 
 
 class HookChannels:
@@ -357,6 +369,30 @@ def test_channels_of_exited_processes_are_removed(
     assert not live.exists()  # swept as soon as its process is gone
 
 
+def test_the_channel_of_an_exited_process_is_left_a_while_for_its_other_readers(
+    tmp_path: Path, sleeper: subprocess.Popen[bytes], hook_channel: HookChannels
+) -> None:
+    """``driftwatch run`` (or a second daemon) watching the same job reads its last records
+    after the job exits, and needs the metadata beside them: not removed at once."""
+    path = hook_channel(tmp_path, sleeper.pid, "shared")
+    daemon = Daemon(
+        lambda: load_config(None, (), 0.1),
+        directories=lambda config: [tmp_path],
+        sweep_after=SWEEP_AFTER_SECONDS,
+    )
+    daemon.tick()
+    assert daemon.runs == {"shared": sleeper.pid}
+    sleeper.kill()
+    sleeper.wait()
+    daemon.tick()
+    daemon.tick()
+    assert daemon.runs == {}
+    assert path.exists()
+    assert path.with_suffix(".json").exists()
+    daemon.close()  # nothing is left behind when the daemon stops
+    assert not path.exists()
+
+
 @pytest.mark.parametrize("problem", ["older format", "not a channel"])
 def test_an_unreadable_channel_is_removed_once_no_process_writes_it(
     tmp_path: Path,
@@ -635,7 +671,7 @@ def test_a_contained_job_of_another_user_is_watched_through_a_shared_directory(
         wait_for(lambda: daemon.runs().get("contained") == str(pid), 20, "the job watched")
         os.kill(pid, signal.SIGKILL)
         wait_for(lambda: "contained" not in daemon.runs(), 20, "the job dropped")
-    assert list(private.iterdir()) == []
+    wait_for(lambda: list(private.iterdir()) == [], SWEEP_AFTER_SECONDS + 10, "the sweep")
     assert daemon.stop() == 0
 
 
@@ -821,5 +857,6 @@ def test_daemon_picks_up_two_hooked_trainings_started_after_it_and_drops_them(
             training.wait()
     wait_for(lambda: not set(runs) & set(daemon.runs()), 20, "both runs to be dropped")
     assert daemon.series_of(runs[0]) == daemon.series_of(runs[1]) == set()
-    assert list(channels.iterdir()) == []  # their channels were swept
+    # Their channels are swept once their other readers have had time for the last records.
+    wait_for(lambda: list(channels.iterdir()) == [], SWEEP_AFTER_SECONDS + 10, "the sweep")
     assert daemon.stop() == 0
