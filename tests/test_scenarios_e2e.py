@@ -33,9 +33,16 @@ class Verdict:
     kinds: frozenset[str]  # at least one of these at warning or critical; empty: healthy
     leak_classes: frozenset[str]  # the leak classes a host_memory_drift may name; empty: any
     forbidden: frozenset[str]  # none of these at warning or critical
+    missed: str  # why driftwatch does not yet get it right; empty: it must
 
     def __str__(self) -> str:
         return self.name
+
+    def param(self) -> Any:
+        """The verdict as a test parameter: a known miss is a strict xfail, so the test says
+        when driftwatch starts getting it right."""
+        marks = [pytest.mark.xfail(strict=True, reason=self.missed)] if self.missed else []
+        return pytest.param(self, marks=marks, id=self.name)
 
 
 def load_verdicts() -> list[Verdict]:
@@ -47,6 +54,7 @@ def load_verdicts() -> list[Verdict]:
             frozenset(table["kinds"]),
             frozenset(table.get("leak_classes", ())),
             frozenset(table.get("forbidden", ())),
+            table.get("missed", ""),
         )
         for name, table in tables.items()
     ]
@@ -110,12 +118,23 @@ def loud(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def right(finding: dict[str, Any], verdict: Verdict) -> bool:
     """Whether ``finding`` is one ``verdict`` asks for: one of its kinds, and for a
-    host-memory leak one of its leak classes where it names some."""
+    host-memory leak one of its leak classes where it names some, or an honest ``unknown``
+    (see ``cannot_tell``)."""
     if finding["kind"] not in verdict.kinds:
         return False
     if finding["kind"] != "host_memory_drift" or not verdict.leak_classes:
         return True
-    return finding["evidence"].get("leak_class") in verdict.leak_classes
+    return finding["evidence"].get("leak_class") in verdict.leak_classes or cannot_tell(finding)
+
+
+def cannot_tell(finding: dict[str, Any]) -> bool:
+    """A leak classed ``unknown`` because TensorFlow's CPU allocator keeps no statistics with
+    default flags, saying so and naming the flag that turns them on: a class driftwatch
+    cannot know is not asked of it; a wrong class fails."""
+    return (
+        finding["evidence"].get("leak_class") == "unknown"
+        and "--cpu-allocator-stats" in finding["message"]
+    )
 
 
 def test_the_suite_has_a_verdict_for_every_program_and_enough_of_each() -> None:
@@ -125,7 +144,7 @@ def test_the_suite_has_a_verdict_for_every_program_and_enough_of_each() -> None:
     assert len(HEALTHY) >= 4
 
 
-@pytest.mark.parametrize("verdict", FAILING, ids=str)
+@pytest.mark.parametrize("verdict", [verdict.param() for verdict in FAILING])
 def test_a_failing_scenario_is_caught_with_default_flags(verdict: Verdict, tmp_path: Path) -> None:
     findings = loud(run_scenario(verdict, tmp_path))
     caught = [finding for finding in findings if right(finding, verdict)]
@@ -135,7 +154,7 @@ def test_a_failing_scenario_is_caught_with_default_flags(verdict: Verdict, tmp_p
     assert not wrong, described(wrong)
 
 
-@pytest.mark.parametrize("verdict", HEALTHY, ids=str)
+@pytest.mark.parametrize("verdict", [verdict.param() for verdict in HEALTHY])
 def test_a_healthy_scenario_raises_no_warning_with_default_flags(
     verdict: Verdict, tmp_path: Path
 ) -> None:

@@ -7,6 +7,7 @@ disturb training.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -48,8 +49,14 @@ def traced_functions(fn: object) -> Iterator[Any]:
                 pending.append((content, depth + 1))
 
 
+CPU_BFC_ENV = "TF_CPU_ALLOCATOR_USE_BFC"
+"""TensorFlow's switch to its BFC allocator on CPU, whose statistics count the job's tensors."""
+
+
 class TensorflowProbes:
-    """Reads ``get_memory_info`` of every device that tracks it, and tracing counts."""
+    """Reads ``get_memory_info`` of every GPU, and of the CPU when its BFC allocator is on
+    (``CPU_BFC_ENV``): the default CPU allocator answers too, but its figures stayed flat
+    while a Keras job kept every batch's tensors (see docs/hook.md); and tracing counts."""
 
     def __init__(self) -> None:
         self._devices: list[str] | None = None  # resolved on the first read
@@ -84,10 +91,11 @@ class TensorflowProbes:
         import tensorflow as tf
 
         if self._devices is None:
+            cpu = os.environ.get(CPU_BFC_ENV, "").lower() in ("1", "true")
             self._devices = [
                 d.name.removeprefix("/device:")
                 for d in tf.config.list_logical_devices()
-                if d.device_type in ("CPU", "GPU")
+                if d.device_type == "GPU" or (cpu and d.device_type == "CPU")
             ]
         readings: list[Reading] = []
         for device in list(self._devices):
