@@ -748,8 +748,13 @@ def test_a_daemon_killed_and_restarted_resumes_the_same_runs(
 
     daemons.append(DaemonProcess(*args))
     wait_for(lambda: len(recorded_runs(db, children)) == 2, 30, "both runs' first batches")
-    flushed = last_seen()
-    wait_for(lambda: last_seen() > flushed, 30, "a second batch of both")
+    # Each run's own second batch: a scan may find one sleeper a tick after the other.
+    flushed = {pid: run.last_seen for pid, run in recorded_runs(db, children).items()}
+    wait_for(
+        lambda: all(r.last_seen > flushed[pid] for pid, r in recorded_runs(db, children).items()),
+        30,
+        "a second batch of both",
+    )
     daemons[0].kill()  # SIGKILL: no flush, no ending
     before = recorded_runs(db, children)
     killed_at = min(run.last_seen for run in before.values())
