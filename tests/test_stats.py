@@ -16,6 +16,7 @@ from driftwatch.detect.stats import (
     lag1_autocorrelation,
     level_jumps,
     mann_kendall,
+    rank_sum_greater,
     robust_scale,
     theil_sen,
 )
@@ -98,6 +99,27 @@ def test_theil_sen_undefined_without_two_distinct_t(t: list[float], y: list[floa
 def test_theil_sen_rejects_mismatched_lengths() -> None:
     with pytest.raises(ValueError, match="differ in length"):
         theil_sen([0, 1, 2], [0, 1])
+
+
+# --------------------------------------------------------------------------- rank_sum_greater
+
+
+def test_rank_sum_greater_matches_scipy_without_ties() -> None:
+    stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(3)
+    x, y = rng.normal(0, 1, 12), rng.normal(0.8, 1, 30)
+    expected = stats.mannwhitneyu(y, x, alternative="greater", method="asymptotic").pvalue
+    assert rank_sum_greater(x, y) == pytest.approx(expected, rel=1e-9)
+    assert rank_sum_greater(y, x) == pytest.approx(1 - expected, abs=0.02)
+
+
+def test_rank_sum_greater_of_separated_samples_and_empty_sides() -> None:
+    # All 8 below all 30: U = 0 for x, so z = (240 - 120 - 0.5) / sqrt(8 * 30 * 39 / 12).
+    p = rank_sum_greater(np.arange(8.0), np.arange(100.0, 130.0))
+    assert p == pytest.approx(0.5 * math.erfc(119.5 / math.sqrt(780) / math.sqrt(2)))
+    assert p < 1e-5
+    assert rank_sum_greater([], [1.0]) == 1.0
+    assert rank_sum_greater([1.0, math.nan], [math.inf]) == 1.0
 
 
 # --------------------------------------------------------------------------- mann_kendall

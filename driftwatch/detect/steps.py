@@ -24,6 +24,7 @@ from driftwatch.detect.stats import (
     RunningMedianBlocks,
     ess_variance_factor,
     mann_kendall,
+    rank_sum_greater,
     robust_scale,
     theil_sen,
 )
@@ -86,7 +87,17 @@ WHOLE_RUN_MIN_BLOCKS = 8
 WHOLE_RUN_BAR = 2.0
 """Ratio of the fitted last to first block time that the end of a short run reports."""
 WHOLE_RUN_ALPHA = 0.001
-"""Mann-Kendall level at which the blocks of a short run rise steadily."""
+"""Level at which the blocks of a short run rise steadily (Mann-Kendall) or step up (rank sum,
+over all the splits tried)."""
+WHOLE_RUN_STEP_BAR = 1.5
+"""Ratio of a short run's slower last blocks to the blocks just before them that its end
+reports as a step."""
+WHOLE_RUN_STEP_BLOCKS = 8
+"""Blocks that a step's slower last stretch, and the stretch before it, last at least."""
+WHOLE_RUN_BEFORE_BLOCKS = 12
+"""Most blocks just before a step that give the level it stepped up from."""
+WHOLE_RUN_STEP_RISE = 0.25
+"""Share of a step (log) by which the blocks after it may still rise, for it to be a step."""
 BASELINE_CHUNKS = 48
 """Chunk medians the baseline keeps: with 30 blocks a chunk, a day of 1-s steps."""
 
@@ -340,18 +351,79 @@ class SlowdownDetector:
         return Evaluation(score, (Finding(kind, severity, since, message, evidence),))
 
     def conclude(self, now: float) -> Evaluation:
-        """The live verdict; for a short run without one, a steady slowdown over all of it:
-        a run whose steps slowed from its start has a baseline that followed them, and one
-        of seconds has none. Reported when its blocks rise steadily (Mann-Kendall) to
-        ``WHOLE_RUN_BAR`` times the first (Theil-Sen line)."""
+        """The live verdict; for a short run, a slowdown judged over all of it: a run of
+        seconds has no baseline, and one whose start was slow (a busy host) has one too high.
+        Its last blocks stepping up from those just before them (:meth:`_whole_run_step`,
+        which also replaces a live finding of a smaller ratio), or else all its blocks rising
+        steadily (:meth:`_whole_run_rise`)."""
         live = self.evaluate(now)
-        levels = self._run_levels
-        if (
-            live.findings
-            or self._run_blocks > WHOLE_RUN_BLOCKS
-            or len(levels) < WHOLE_RUN_MIN_BLOCKS
-        ):
+        if self._run_blocks > WHOLE_RUN_BLOCKS or len(self._run_levels) < WHOLE_RUN_MIN_BLOCKS:
             return live
+        step = self._whole_run_step()
+        if live.findings:  # a step measured from the blocks before it is the better estimate
+            stepped = step.findings and _ratio(step) > _ratio(live)
+            return Evaluation(max(live.score, step.score), step.findings) if stepped else live
+        rise = self._whole_run_rise()
+        score = max(live.score, step.score, rise.score)
+        return Evaluation(score, step.findings or rise.findings)
+
+    def _whole_run_step(self) -> Evaluation:
+        """The split of the run's blocks after which all of them are slower (one-sided rank
+        sum against up to ``WHOLE_RUN_BEFORE_BLOCKS`` just before, ``WHOLE_RUN_ALPHA`` over
+        all the splits tried), reported when their median is ``WHOLE_RUN_STEP_BAR`` times
+        theirs, they are level (their Theil-Sen line rises by less than
+        ``WHOLE_RUN_STEP_RISE`` of the step: else the run is slowing, not stepped) and their
+        last half is still that slow."""
+        times = np.array([t for t, _ in self._run_levels])
+        logs = np.array([level for _, level in self._run_levels])
+        least = WHOLE_RUN_STEP_BLOCKS
+        splits = range(least, len(logs) - least + 1)
+        if not splits:
+            return Evaluation(0.0)
+        p, split = min(
+            (rank_sum_greater(logs[max(0, s - WHOLE_RUN_BEFORE_BLOCKS) : s], logs[s:]), s)
+            for s in splits
+        )
+        p = min(1.0, p * len(splits))
+        before = float(np.median(logs[max(0, split - WHOLE_RUN_BEFORE_BLOCKS) : split]))
+        after = logs[split:]
+        ratio = math.exp(float(np.median(after)) - before)
+        slope, _ = theil_sen(times[split:], after)
+        still_rising = slope * (times[-1] - times[split])
+        stayed = float(np.median(after[len(after) // 2 :])) - before
+        score = ratio / WHOLE_RUN_STEP_BAR if p < WHOLE_RUN_ALPHA else 0.0
+        if (
+            p >= WHOLE_RUN_ALPHA
+            or ratio < WHOLE_RUN_STEP_BAR
+            or still_rising > WHOLE_RUN_STEP_RISE * math.log(ratio)
+            or stayed < math.log(WHOLE_RUN_STEP_BAR)
+        ):
+            return Evaluation(min(score, 0.99))
+        since = float(times[split])
+        first, last = math.exp(before), math.exp(before) * ratio
+        message = (
+            f"steps became {ratio:.2f}x slower around {clock(since)} ({human_seconds(first)} -> "
+            f"{human_seconds(last)} per step) and stayed there to the end of the run, judged "
+            "over the whole run (too short, or started too slowly, for a baseline of its own). "
+            "Look at what changed then: a new data shard or augmentation, a learning-rate or "
+            "mixed-precision switch, another job on the same device or host, a throttled disk "
+            "or network."
+        )
+        evidence: dict[str, float | str] = {
+            "ratio": ratio,
+            "baseline_step_seconds": first,
+            "current_step_seconds": last,
+            "onset": since,
+            "judged_at_end": "whole run",
+        }
+        severity = Severity.CRITICAL if ratio >= 2 else Severity.WARNING
+        finding = Finding("abrupt_slowdown", severity, since, message, evidence)
+        return Evaluation(score, (finding,))
+
+    def _whole_run_rise(self) -> Evaluation:
+        """All the run's blocks rising steadily (Mann-Kendall at ``WHOLE_RUN_ALPHA``) to
+        ``WHOLE_RUN_BAR`` times the first (their Theil-Sen line)."""
+        levels = self._run_levels
         times = np.array([t for t, _ in levels])
         logs = np.array([level for _, level in levels])
         slope, intercept = theil_sen(times, logs)
@@ -359,9 +431,9 @@ class SlowdownDetector:
         last = math.exp(intercept + slope * times[-1])
         ratio = last / first
         test = mann_kendall(logs)
-        score = max(live.score, ratio / WHOLE_RUN_BAR if test.p < WHOLE_RUN_ALPHA else 0.0)
+        score = ratio / WHOLE_RUN_BAR if test.p < WHOLE_RUN_ALPHA else 0.0
         if ratio < WHOLE_RUN_BAR or test.p >= WHOLE_RUN_ALPHA:
-            return Evaluation(score)
+            return Evaluation(min(score, 0.99))
         since = float(times[0])
         message = (
             f"steps got slower all through the run: {ratio:.2f}x from its first blocks to its "
@@ -381,6 +453,10 @@ class SlowdownDetector:
         severity = Severity.CRITICAL if ratio >= 2 else Severity.WARNING
         finding = Finding("gradual_slowdown", severity, since, message, evidence)
         return Evaluation(score, (finding,))
+
+
+def _ratio(evaluation: Evaluation) -> float:
+    return float(evaluation.findings[0].evidence["ratio"])
 
 
 STALL_FACTOR = 5.0
