@@ -11,11 +11,10 @@ import os
 import threading
 
 from driftwatch.channel import ChannelWriter, NullWriter
-from driftwatch.detect.catalog import default_engine
 from driftwatch.errors import DriftwatchError
-from driftwatch.export.http import MetricsServer, TlsConfig, parse_listen
-from driftwatch.export.prometheus import metrics_app
-from driftwatch.monitor import Monitor, watch
+from driftwatch.export.http import TlsConfig, parse_listen
+from driftwatch.monitor import Monitor, Snapshot, watch
+from driftwatch.session import Session, SessionOptions
 from driftwatch.sources import Source
 from driftwatch.sources.hook import HookSource
 from driftwatch.sources.process import ProcessSource
@@ -27,9 +26,9 @@ SAMPLE_INTERVAL_SECONDS = 2.0
 
 
 class InProcessServer:
-    def __init__(self, monitor: Monitor, server: MetricsServer) -> None:
+    def __init__(self, session: Session, monitor: Monitor) -> None:
         self._stop = threading.Event()
-        self._server = server
+        self._session = session
         self._thread = threading.Thread(
             target=watch,
             args=(monitor, SAMPLE_INTERVAL_SECONDS, self._stop),
@@ -40,12 +39,12 @@ class InProcessServer:
 
     @property
     def url(self) -> str:
-        return self._server.url
+        return self._session.url
 
     def close(self) -> None:
         self._stop.set()
         self._thread.join()
-        self._server.close()
+        self._session.close()
 
 
 def serve_in_process(
@@ -53,17 +52,22 @@ def serve_in_process(
 ) -> InProcessServer | None:
     """Start sampling this process and serving ``/metrics`` on ``listen`` (HTTPS with
     ``tls``); None on failure."""
+    monitor: Monitor | None = None
+
+    def snapshots() -> list[Snapshot]:
+        return [] if monitor is None else [monitor.snapshot]
+
     try:
         host, port = parse_listen(listen)
         target = Target.attach(os.getpid())
         sources: list[Source] = [ProcessSource(target)]
         if isinstance(writer, ChannelWriter):
             sources.append(HookSource(writer.path))
-        monitor = Monitor(run, target.info, sources, default_engine())
         context = None if tls is None else tls.context()
-        server = MetricsServer(metrics_app(lambda: [monitor.snapshot]), host, port, run, context)
+        session = Session(SessionOptions(host, port, tls=context), run, snapshots)
     except DriftwatchError as err:
         log.warning("driftwatch: not serving /metrics from this process: %s", err)
         return None
-    log.info("driftwatch: serving %s", server.url)
-    return InProcessServer(monitor, server)
+    monitor = session.monitor(run, target.info, sources)
+    log.info("driftwatch: serving %s", session.url)
+    return InProcessServer(session, monitor)

@@ -1,0 +1,284 @@
+"""A watch session: what surrounds the monitors of ``attach``, ``run``, ``demo``, the daemon
+and the hook's own server, built once and closed in order.
+
+A session opens the findings file, the history database and the metrics server, and makes
+the monitor of each run it watches with them; ``watch_one`` adds the live view. Signal
+handling is here too, so that no command installs handlers of its own.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import ssl
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import TextIO
+
+from rich.console import Console
+from rich.live import Live
+
+from driftwatch.channel import channel_path, remove_channel, runtime_dir
+from driftwatch.detect.catalog import default_engine
+from driftwatch.errors import TargetGone, UsageError
+from driftwatch.export.http import MetricsServer
+from driftwatch.export.prometheus import metrics_app
+from driftwatch.findings import Finding
+from driftwatch.history import DEFAULT_RETENTION, History
+from driftwatch.launch import StderrPump, child_environment, exit_code, forwarding_signals, launch
+from driftwatch.monitor import Monitor, Snapshot, watch
+from driftwatch.sources import Source, default_sources
+from driftwatch.target import Target, TargetInfo, default_run_name
+from driftwatch.view import live_table, plain_line, summary
+
+PRINT_SLACK = 0.9
+"""A plain line is printed once this share of the interval has passed since the last one."""
+
+
+@contextmanager
+def handling_signals(
+    on_stop: Callable[[], None], on_reload: Callable[[], None] | None = None
+) -> Iterator[list[int]]:
+    """``SIGINT`` and ``SIGTERM`` call ``on_stop``, ``SIGHUP`` calls ``on_reload`` (when
+    given); yields the list of stop signals received. The previous handlers come back."""
+    received: list[int] = []
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+        on_stop()
+
+    handlers: dict[signal.Signals, Callable[[int, FrameType | None], None]] = {
+        signal.SIGINT: stop,
+        signal.SIGTERM: stop,
+    }
+    if on_reload is not None:
+        handlers[signal.SIGHUP] = lambda signum, frame: on_reload()
+    previous = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
+    try:
+        yield received
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+class FindingsLog:
+    """``--findings``: each finding appended to the file as a JSON line, as it is reported."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._file: TextIO | None = None
+        if path is not None:
+            try:
+                self._file = path.open("a", encoding="utf-8", buffering=1)
+            except OSError as err:
+                raise UsageError(
+                    f"--findings {path}: cannot open for writing: {err.strerror}"
+                ) from err
+
+    def write(self, run: str, finding: Finding) -> None:
+        if self._file is not None:
+            self._file.write(finding.to_json(run) + "\n")
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+
+@dataclass(frozen=True)
+class SessionOptions:
+    """Where a session serves and keeps what it finds (checked)."""
+
+    host: str
+    port: int
+    findings: Path | None = None
+    db: Path | None = None  # None: no history
+    retention: float = DEFAULT_RETENTION
+    tls: ssl.SSLContext | None = None
+
+
+class Session:
+    """The findings file, the history and the metrics server of one ``driftwatch`` process;
+    ``snapshots`` is what the server exports at each scrape; ``run``: the one run it
+    watches, if it watches one."""
+
+    def __init__(
+        self,
+        options: SessionOptions,
+        description: str,
+        snapshots: Callable[[], Iterable[Snapshot]],
+        run: str | None = None,
+    ) -> None:
+        self._run = run
+        with ExitStack() as stack:
+            self.findings = FindingsLog(options.findings)
+            stack.callback(self.findings.close)
+            self.history = None if options.db is None else History(options.db, options.retention)
+            if self.history is not None:
+                stack.callback(self.history.close)
+            self.server = MetricsServer(
+                metrics_app(snapshots),
+                options.host,
+                options.port,
+                description,
+                options.tls,
+            )
+            self._closing = stack.pop_all()
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def where(self) -> str:
+        """Where the history and the metrics are, for a line on stderr."""
+        history = "" if self.history is None else f"history in {self.history.path}; "
+        return f"{history}metrics at {self.url}"
+
+    def monitor(self, run: str, target: TargetInfo, sources: Sequence[Source]) -> Monitor:
+        """The monitor of ``run``, reporting to the findings file and recording its history."""
+        return Monitor(
+            run,
+            target,
+            sources,
+            default_engine(),
+            on_finding=partial(self.findings.write, run),
+            recorder=None if self.history is None else self.history.recorder(run, target),
+        )
+
+    def close(self, quietly: bool = False) -> None:
+        """Stop serving, then close the findings file and the history (after every run has
+        handed over its rest); unless ``quietly``, say where the history is."""
+        self.server.close()
+        self._closing.close()
+        history = self.history
+        if quietly or history is None or history.failed is not None:
+            return
+        of, run = ("", "") if self._run is None else (f" of {self._run}", f" {self._run}")
+        print(
+            f"driftwatch: history{of} in {history.path} (driftwatch report --db {history.path}"
+            f"{run})",
+            file=sys.stderr,
+        )
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close(quietly=error is not None)
+
+
+@dataclass(frozen=True)
+class WatchOptions:
+    """What ``attach`` and ``run`` watch, and how often (checked)."""
+
+    interval: float
+    logdirs: list[Path]
+    run: str | None
+
+
+@dataclass(frozen=True)
+class Watched:
+    """How watching one run went: its monitor, why it ended (``None``: stopped) and when
+    watching started."""
+
+    monitor: Monitor
+    ended: str | None
+    started: float
+
+
+def watch_one(
+    options: SessionOptions,
+    run: str,
+    target: TargetInfo,
+    sources: Sequence[Source],
+    interval: float,
+    stop: threading.Event,
+) -> Watched:
+    """Watch one run with a session of its own, the live view (a table on a terminal, else
+    a plain line per ``interval``) and ``/metrics``, until it exits or ``stop`` is set."""
+    console = Console()
+    monitor: Monitor | None = None
+
+    def snapshots() -> list[Snapshot]:
+        return [] if monitor is None else [monitor.snapshot]
+
+    with Session(options, f"watching {run}", snapshots, run) as session:
+        monitor = session.monitor(run, target, sources)
+        print(f"driftwatch: watching {run} (pid {target.pid}); {session.where()}", file=sys.stderr)
+        started = time.time()
+        with ExitStack() as stack:
+            show = _viewer(stack, console, monitor, session.url, interval)
+            ended = watch(monitor, interval, stop, show)
+    return Watched(monitor, ended, started)
+
+
+def _viewer(
+    stack: ExitStack, console: Console, monitor: Monitor, url: str, interval: float
+) -> Callable[[Snapshot], None]:
+    if console.is_terminal:
+        live = stack.enter_context(Live(console=console, auto_refresh=False))
+        return lambda snapshot: live.update(live_table(snapshot, monitor.store, url), refresh=True)
+    printed = -math.inf
+
+    def show(snapshot: Snapshot) -> None:
+        nonlocal printed  # a line per interval, however fast sampling goes
+        if snapshot.t - printed >= interval * PRINT_SLACK:
+            printed = snapshot.t
+            print(plain_line(snapshot, monitor.store), flush=True)
+
+    return show
+
+
+def watch_job(
+    command: list[str],
+    watch: WatchOptions,
+    serve: SessionOptions,
+    hook: bool,
+    cpu_allocator_stats: bool,
+) -> int:
+    """Start ``command``, watch it until it exits, print the summary; its exit code."""
+    run_name = watch.run or default_run_name(command, Path(command[0]).name)
+    env = child_environment(dict(os.environ), hook, run_name)
+    if cpu_allocator_stats:
+        env["TF_CPU_ALLOCATOR_USE_BFC"] = "true"
+    child = launch(command, env)
+    assert child.stderr is not None
+    pump = StderrPump(child.stderr, sys.stderr.buffer)
+    with forwarding_signals(child):
+        try:
+            target = Target.attach(child.pid)
+            sources = [*default_sources(target, watch.logdirs), pump]
+            watched = watch_one(
+                serve, run_name, target.info, sources, watch.interval, threading.Event()
+            )
+        except TargetGone:  # it finished before driftwatch could start watching
+            child.wait()
+            pump.close()
+            return exit_code(child.returncode)
+        child.wait()
+    # The job is gone: its channel has no reader left to serve.
+    remove_channel(
+        channel_path(runtime_dir(env, target.info.uid), child.pid, target.info.create_time)
+    )
+    print_summary(watched, watched.ended or "stopped")
+    return exit_code(child.returncode)
+
+
+def print_summary(watched: Watched, ended: str) -> None:
+    """Print what ``watched`` found, and why it ended."""
+    monitor = watched.monitor
+    print(
+        summary(monitor.snapshot, monitor.store, monitor.reported.values(), ended, watched.started)
+    )
