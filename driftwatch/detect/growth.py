@@ -10,7 +10,7 @@ from typing import NamedTuple
 import numpy as np
 
 from driftwatch.detect import Detector, Evaluation
-from driftwatch.detect.memory import WindowMeans
+from driftwatch.detect.windows import WindowMeans
 from driftwatch.findings import Finding, Severity
 from driftwatch.series import Sample
 from driftwatch.units import clock, human_bytes, human_seconds
