@@ -16,6 +16,7 @@ from driftwatch.series import Sample
 from driftwatch.units import clock, human_bytes, human_seconds
 
 MIB = 1 << 20
+"""Bytes in a mebibyte."""
 
 
 class PerStepGrowthDetector:

@@ -18,15 +18,9 @@ from driftwatch.detect.windows import WindowMeans
 from driftwatch.series import Labels, Sample
 
 TF_SHARE_OF_LEAK = 0.25
-"""TensorFlow's allocator rising at this share of RSS's rate or more makes the leak one of
-tensors kept alive: a tensor costs RSS and allocator bytes alike, Python state only RSS."""
+"""Share of RSS's rate at which a rising TF allocator makes the leak one of tensors."""
 TF_RISE_P = 0.1
-"""Significance asked of the allocator's rise once it keeps pace with RSS (above), from a
-plain Mann-Kendall test: the RSS trend is already established, and the question is only
-whether the allocator follows it. Its probes may start seconds after RSS rises (4 rising
-windows give p = 0.09; p < 0.01 would ask for 6), and a rise whose rate changes (steps
-getting faster) leaves autocorrelated residuals around one line, which the lag-1 correction
-would read as noise: 16 strictly rising windows got p = 0.16 with it."""
+"""Mann-Kendall level (uncorrected) of the allocator's rise once it keeps pace."""
 
 
 def _covering(scales: Iterable[WindowMeans], since: float) -> list[tuple[float, float]]:

@@ -57,7 +57,7 @@ CONCLUDE_PACE = 0.5
 CONCLUDE_UNSETTLED_SHARE = 0.4
 """Growth stated at the end of a run that ended within its start-up: share its newer half adds."""
 CONCLUDE_UNSETTLED_BYTES = 512 * MIB
-"""...and bytes it adds at least (TensorFlow's libraries bring 370 MB in the first second)."""
+"""Bytes that growth stated at the end of a run within its start-up adds at least."""
 
 
 @dataclass

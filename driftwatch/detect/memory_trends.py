@@ -17,7 +17,9 @@ from driftwatch.detect.stats import level_jumps, mann_kendall, theil_sen
 from driftwatch.detect.windows import WindowMeans
 
 MIB = 1 << 20
+"""Bytes in a mebibyte."""
 SCALES_SECONDS = (1.5, 2.0, 20.0, 120.0, 600.0)
+"""Window widths, in seconds, at which each memory signal is judged."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,16 +100,11 @@ RAPID_POINTS = 4
 RAPID_EVEN = 3.0
 """Rapid growth: no rise of those floors exceeds this many times the smallest."""
 MIN_READINGS = 3
-"""Readings a scale's windows hold (median) for the scale to be analysed: the floor of a
-window with one or two readings is just those readings, and a GC cycle's rising half, seen
-at the monitor's 10-s tick through 2-s or 20-s windows, would pass for a leak rushing to the
-limit (with 2, 3 of 10 healthy GC-heavy runs got a critical finding in their first minutes)."""
+"""Median readings a scale's windows must hold for the scale to be analysed."""
 SLOWING = 0.8
-"""A window's newer half rising slower than this share of its older half's rate is a
-rise that levels off (a warm-up), not noise around a steady one."""
+"""Share of its older half's rate below which a newer half's rise is levelling off."""
 SLOWING_MIN_HALF_SPAN = 60.0
-"""Levelling off is judged over at least a minute on each side: within seconds, the tail
-of a start-up ramp followed by a leak looks the same."""
+"""Seconds each half must span for levelling off to be judged."""
 
 
 def _decay(older_slope: float, newer_slope: float, half_span: float) -> float:

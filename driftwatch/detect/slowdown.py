@@ -41,34 +41,15 @@ from driftwatch.units import clock, human_seconds
 WORTH_REPORTING = 1.10
 """The smallest sustained slowdown worth a warning: 10 %."""
 LEAST_REPORTED = 1.075
-"""The CUSUM may sum up a long, smaller excess (a slow healthy wander of a few percent): it
-reports only once the current level is this much slower than the baseline, plus the
-baseline's own uncertainty (``BASELINE_Z`` standard errors, up to ``ERROR_BAR``)."""
+"""Least ratio of the current level to the baseline reported, before the baseline's error."""
 BASELINE_Z = 3.0
-"""Standard errors of the baseline added to the bar: a baseline drawn from a noisy or
-autocorrelated first half hour is uncertain by a few percent, and a bar that ignores this
-is crossed by healthy runs whose baseline happened to be low; capped by ``ERROR_BAR``."""
+"""Standard errors of the baseline's median added to the bar (up to ``ERROR_BAR``)."""
 ERROR_BAR = 1.5
-"""The highest the baseline's error may lift the bar. A disturbed start (a host busy, then
-idle) gives a short run autocorrelated blocks whose error alone set a bar of 3.1x, under
-which CI missed a 2.2x slowdown; a cap at the slowest block of the baseline (1.1-1.2x for
-sub-millisecond steps) let a healthy 40-s run's drift of 1.13-1.27x be reported half the
-time. Half again as slow, held until the sum is past ``h``, is worth a warning whatever the
-baseline's uncertainty."""
+"""Highest ratio to the baseline that the baseline's error may lift the bar to."""
 FIRST_CHUNK_BAR = 1.4
-"""The least a slowdown must reach while the baseline rests on its first chunk alone: the
-run has shown nothing of its own wander yet, and on a shared host a healthy 40-s run of
-sub-millisecond steps drifted by 1.13-1.32x (CI here), while injected slowdowns of short
-runs are 2x or more (the 3x within seconds of issue 4)."""
+"""Least ratio reported while the baseline rests on its first chunk alone."""
 WANDER_Z = 4.5
-"""Standard deviations of the level's healthy variation the current level must also exceed.
-A run whose level wanders by 2 % (hours-long mean reversion) sits 8 % above its day-long
-baseline for an hour now and then. Over 540 days of the bench's ``healthy_wander`` on
-other seeds (judged at every block) a bar at ``LEAST_REPORTED`` alone gave 0.14 false
-findings a day, this one 0.033 (4 deviations: about 0.06); what is left are excursions well
-beyond what the run had shown before, which no bar under the 10 % worth reporting can tell
-from a slowdown. More than 4.5 starts to miss +10 %-over-4-hours ramps and to delay the
-+10 % step at 20 Hz."""
+"""Standard deviations of the level's healthy wander the current level must exceed."""
 MIN_WANDER_CHUNKS = 4
 """Chunks that must have joined the baseline before their dips estimate the wander."""
 RECENT_BLOCKS = 5
@@ -80,8 +61,7 @@ LEVEL_BLOCKS = 30
 STILL_SLOW = 1 + (LEAST_REPORTED - 1) / 2
 """A reported slowdown ends once the recent blocks fall back below this ratio."""
 MIN_BLOCK_SECONDS = 1.0
-"""A block spans about this much wall time at least: with sub-millisecond steps, 100 steps
-last less than a burst of scheduler contention, which would then look like a slowdown."""
+"""Least wall time a block spans, in seconds (blocks of fast steps are merged)."""
 MAX_SUB_BLOCKS = 256
 """Bounds the sub-blocks merged into one block (a clock that jumps back never closes one)."""
 BASELINE_CHUNKS = 48
@@ -91,30 +71,16 @@ BASELINE_CHUNKS = 48
 class SlowdownDetector:
     """One-sided CUSUM of log block-median step time against the run's own baseline.
 
-    When steps are fast, consecutive block medians are merged (their median) until a block
-    spans ``MIN_BLOCK_SECONDS``. The first ``warmup_blocks`` blocks (tracing, caches filling)
-    are skipped. The baseline is the median of chunk medians: chunks of ``baseline_blocks``
-    blocks (testing starts once ``min_baseline_blocks`` of the first are in, so short runs
-    are watched too), the newest ``BASELINE_CHUNKS``. The first chunk takes the blocks that
-    come while the sum is not past ``h`` (a start that settles slowly is followed); later
-    ones take a block only once the sum has cleared it (:meth:`_clear_for_baseline`). So
-    the baseline gets more precise as the run goes on (a slow wander averages out instead
-    of staying frozen in the first half hour) and a slowdown does not join it.
-
-    Each block adds ``log(block / baseline) - k``, capped at ``h / 2`` so that no single odd
-    block (a checkpoint and a slow first step of an epoch closed into one) can alarm alone.
-    ``k`` is half the log of the slowdown worth reporting, or the first chunk's own noise if
-    larger; ``h`` grows with that noise too. The last time the sum was zero estimates the
-    onset. A slowdown is reported while the sum is past ``h`` and the current level (the
-    Theil-Sen line through the blocks since the onset, at the newest one: a ramp's median
-    lags) passes the bar (:meth:`_bar`): ``LEAST_REPORTED`` times the baseline plus its
-    uncertainty (up to ``ERROR_BAR``; ``FIRST_CHUNK_BAR`` at least while the baseline has
-    only its first chunk), and ``WANDER_Z`` standard deviations of the level's
-    healthy variation. That variation is estimated from how far chunk medians fell below
-    the baseline as they joined it (a slowdown only makes chunks slower, so a ramp that
-    partly joins the baseline does not inflate it), plus the current level's own error. It
-    is gradual when the level took longer than ``RECENT_BLOCKS`` blocks to climb from a
-    quarter to three quarters of the current ratio, abrupt when it jumped.
+    Blocks of fast steps are merged until one spans ``MIN_BLOCK_SECONDS``; the first
+    ``warmup_blocks`` are skipped. The baseline is the median of chunk medians (the newest
+    ``BASELINE_CHUNKS``): the first chunk follows the start while the sum is not past ``h``;
+    later blocks join only once the sum has cleared them (:meth:`_clear_for_baseline`), so
+    a slowdown does not raise its own baseline. Each block adds ``log(block / baseline) -
+    k``, capped at ``h / 2``; the last zero of the sum estimates the onset. A slowdown is
+    reported while the sum is past ``h`` and the current level (the Theil-Sen line through
+    the blocks since the onset, at the newest) passes :meth:`_bar`; it is gradual when the
+    level took more than ``RECENT_BLOCKS`` blocks to climb from a quarter to three quarters
+    of the ratio, abrupt when it jumped. Reasoning: docs/detectors.md, "Slowdowns".
     """
 
     name = "slowdown"

@@ -13,14 +13,13 @@ STARTUP_MAX_SECONDS = 30.0
 STARTUP_PACE_RISES = 3
 """Window rises that set a start-up climb's pace before a new pace can end it."""
 STARTUP_FASTER = 2.0
-"""A window rising this many times the climb's median pace and its fastest since its first
-rises is faster than start-up."""
+"""Times the climb's median pace and its fastest later rise that is faster than start-up."""
 STARTUP_KNEE = 2.0
 """Two windows are alike when neither rises more than this many times the other."""
 STARTUP_SETTLED = 0.025
 """A window rising by less than this share of its level per second has settled."""
 STARTUP_SLOWER = 3.0
-"""...and by less than the climb's median pace divided by this (not a lull of a slow climb)."""
+"""A settled window also rises by less than the climb's median pace over this."""
 
 
 class StartUp:
