@@ -12,6 +12,10 @@ is excluded, and a trend counts as a leak only once it has held for ``min_span``
 GC or caching cycle rises for minutes, then falls), except growth that would exhaust the
 limit within ``fast_horizon`` seconds: that is reported whenever it is seen. At a run's end
 (``conclude``), growth no live window could judge yet is stated over the whole run.
+
+The windows are in ``driftwatch.detect.windows``, start-up in ``startup``, one scale's
+trends and jumps in ``memory_trends``, RSS's leak class in ``host_memory``. Reasoning and
+experiments: docs/detectors.md, "Memory drift".
 """
 
 from __future__ import annotations
