@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from driftwatch.detect import Evaluation
-from driftwatch.detect.steps import PeriodicStallDetector
+from driftwatch.detect.periodic_stalls import PeriodicStallDetector
 from driftwatch.findings import Finding, Severity
 from driftwatch.series import Sample
 

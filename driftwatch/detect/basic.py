@@ -53,9 +53,7 @@ class NonFiniteDetector:
 
 
 VALIDATION_ALLOWANCE = 2.0
-"""A pause up to this many times the longest of the last 8 validations is one more: their
-durations vary (at 1.5 times, 100-s validations varying by 20 % gave a false ``stalled``
-about once in 100 days)."""
+"""Times the longest of the last 8 validations that a pause may last and be one more."""
 
 
 class StallDetector:

@@ -5,8 +5,25 @@ from __future__ import annotations
 from driftwatch.detect import Detector, Engine
 from driftwatch.detect.basic import NonFiniteDetector, StallDetector
 from driftwatch.detect.growth import growth_detectors
-from driftwatch.detect.memory import memory_detectors
-from driftwatch.detect.steps import PeriodicStallDetector, SlowCallbackDetector, SlowdownDetector
+from driftwatch.detect.host_memory import HostMemoryDetector
+from driftwatch.detect.memory import AllocatorMemoryDetector, MemoryDriftDetector
+from driftwatch.detect.periodic_stalls import PeriodicStallDetector
+from driftwatch.detect.slow_callbacks import SlowCallbackDetector
+from driftwatch.detect.slowdown import SlowdownDetector
+
+
+def memory_detectors() -> list[Detector]:
+    """Host RSS, TensorFlow allocator and GPU process memory drift detectors."""
+    return [
+        HostMemoryDetector(),
+        AllocatorMemoryDetector(),
+        MemoryDriftDetector(
+            "gpu_process_memory_bytes",
+            "gpu_memory_drift",
+            "GPU memory of the process",
+            "gpu_memory_total_bytes",
+        ),
+    ]
 
 
 def default_detectors() -> list[Detector]:

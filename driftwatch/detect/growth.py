@@ -10,12 +10,13 @@ from typing import NamedTuple
 import numpy as np
 
 from driftwatch.detect import Detector, Evaluation
-from driftwatch.detect.memory import WindowMeans
+from driftwatch.detect.windows import WindowMeans
 from driftwatch.findings import Finding, Severity
 from driftwatch.series import Sample
 from driftwatch.units import clock, human_bytes, human_seconds
 
 MIB = 1 << 20
+"""Bytes in a mebibyte."""
 
 
 class PerStepGrowthDetector:

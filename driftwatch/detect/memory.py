@@ -12,256 +12,40 @@ is excluded, and a trend counts as a leak only once it has held for ``min_span``
 GC or caching cycle rises for minutes, then falls), except growth that would exhaust the
 limit within ``fast_horizon`` seconds: that is reported whenever it is seen. At a run's end
 (``conclude``), growth no live window could judge yet is stated over the whole run.
+
+The windows are in ``driftwatch.detect.windows``, start-up in ``startup``, one scale's
+trends and jumps in ``memory_trends``, RSS's leak class in ``host_memory``. Reasoning and
+experiments: docs/detectors.md, "Memory drift".
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections import deque
-from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from driftwatch.detect import Detector, Evaluation
-from driftwatch.detect.stats import level_jumps, mann_kendall, theil_sen
+from driftwatch.detect import Evaluation
+from driftwatch.detect.memory_trends import (
+    DEFAULT_THRESHOLDS,
+    MIB,
+    MIN_READINGS,
+    RAPID_EVEN,
+    RAPID_MAX_WIDTH,
+    Analysis,
+    Jump,
+    MemoryThresholds,
+    Trend,
+    analyse_scale,
+)
+from driftwatch.detect.startup import STARTUP_MAX_SECONDS, StartUp
+from driftwatch.detect.stats import mann_kendall, theil_sen
+from driftwatch.detect.windows import WindowMeans
 from driftwatch.findings import Finding, Severity
 from driftwatch.series import Labels, Sample
 from driftwatch.units import clock, human_bytes, human_seconds
 
-MIB = 1 << 20
-SCALES_SECONDS = (1.5, 2.0, 20.0, 120.0, 600.0)
-
-
-class WindowMeans:
-    """Consecutive fixed-width windows of one series: the newest ``points`` means and floors.
-
-    A window's floor is its lowest reading. Memory that is garbage-collected, or a probe
-    that lands mid-step and sees activations on top, lifts the mean of some windows but not
-    their floors, while memory that is kept (a leak) lifts every floor: trends and jumps are
-    judged on floors, levels and limits on means. A floor says this only of windows that hold
-    several readings: ``readings`` counts them.
-    """
-
-    __slots__ = (
-        "_count",
-        "_floor",
-        "_start",
-        "_sum",
-        "floors",
-        "means",
-        "readings",
-        "version",
-        "width",
-    )
-
-    def __init__(self, width: float, points: int) -> None:
-        self.width = width
-        self.means: deque[tuple[float, float]] = deque(maxlen=points)  # (window start, mean)
-        self.floors: deque[float] = deque(maxlen=points)  # the same windows' lowest readings
-        self.readings: deque[int] = deque(maxlen=points)  # and how many readings they hold
-        self.version = 0  # counts closed windows: analyses of ``means`` can be cached on it
-        self._start = math.nan
-        self._sum = 0.0
-        self._floor = math.inf
-        self._count = 0
-
-    def add(self, t: float, value: float) -> None:
-        if not math.isfinite(value):
-            return
-        start = math.floor(t / self.width) * self.width
-        if start > self._start or math.isnan(self._start):
-            if self._count:
-                self.means.append((self._start, self._sum / self._count))
-                self.floors.append(self._floor)
-                self.readings.append(self._count)
-                self.version += 1
-            self._start, self._sum, self._floor, self._count = start, 0.0, math.inf, 0
-        self._sum += value
-        self._floor = min(self._floor, value)
-        self._count += 1
-
-    @property
-    def open_is_full(self) -> bool:
-        """Whether the window still filling holds as many readings as the last closed one:
-        its floor is as good as final (the next reading closes it)."""
-        return bool(self.readings) and self._count >= self.readings[-1]
-
-    def windows(self, *, with_open: bool = False) -> list[tuple[float, float, float, int]]:
-        """(start, mean, floor, readings) of the kept windows, oldest first; ``with_open``:
-        the window still filling too (a run that ended will close it no more)."""
-        closed = [
-            (t, mean, floor, count)
-            for (t, mean), floor, count in zip(self.means, self.floors, self.readings, strict=True)
-        ]
-        if with_open and self._count:
-            closed.append((self._start, self._sum / self._count, self._floor, self._count))
-        return closed
-
-
-@dataclass(frozen=True, slots=True)
-class Trend:
-    """A significant rise of one signal at one scale."""
-
-    width: float
-    slope: float  # bytes per second
-    p: float
-    level: float  # the newest mean
-    since: float  # start of the tested segment
-    points: int
-    decay: float
-    """Seconds in which the growth rate falls by a factor e: ``inf`` unless the newer half of
-    the window rises clearly slower than the older (a warm-up levelling off)."""
-
-    def time_to(self, limit: float) -> float:
-        """Seconds until the level reaches ``limit`` if the growth goes on as it does now."""
-        headroom = limit - self.level
-        if not headroom > 0:
-            return math.inf  # already past it, or no limit known: nothing to project
-        if math.isinf(self.decay):
-            return headroom / self.slope
-        reachable = self.slope * self.decay  # what an exponentially slowing rise still adds
-        if reachable <= headroom:
-            return math.inf
-        return -self.decay * math.log1p(-headroom / reachable)
-
-
-Jump = tuple[float, float]
-"""(when, by how many bytes)."""
-
-
-@dataclass
-class Analysis:
-    """Trends and jumps of one signal, from one scale or merged over all of them."""
-
-    settled: list[Trend] = field(default_factory=list)  # past warm-up
-    fast: list[Trend] = field(default_factory=list)  # since training started
-    rapid: list[Trend] = field(default_factory=list)  # newest few narrow windows, even
-    jumps: list[Jump] = field(default_factory=list)
-    # Widths whose segment since training started (and since their last jump) holds
-    # enough windows to test: a wider scale that could test fast growth and does not
-    # find it vetoes a narrower one's.
-    fast_tested: set[float] = field(default_factory=set)
-
-    def merge(self, other: Analysis) -> None:
-        self.settled += other.settled
-        self.fast += other.fast
-        self.rapid += other.rapid
-        self.jumps += other.jumps
-        self.fast_tested |= other.fast_tested
-
-
-class StartUp:
-    """When a signal's start-up climb ended, from its shape alone (no step signal needed).
-
-    Fed the floors of the narrowest windows as they close. The climb from the first reading
-    lasts until two windows in a row, alike, rise slowly for the level (``STARTUP_SETTLED``)
-    or faster than the climb did (``STARTUP_FASTER``): a new pace, not a lull or a lump of a
-    lumpy climb. Growth from the first of them on is judged (docs/detectors.md).
-    """
-
-    __slots__ = ("_changing", "_previous", "_rates", "ended_at")
-
-    def __init__(self) -> None:
-        self.ended_at = math.nan
-        self._previous: tuple[float, float] | None = None  # (window start, floor)
-        self._rates: list[float] = []
-        # a window that may begin a new pace: ("faster" or "slower", its start, its rate)
-        self._changing: tuple[str, float, float] | None = None
-
-    def window_closed(self, start: float, floor: float) -> None:
-        if not math.isnan(self.ended_at):
-            return
-        previous, self._previous = self._previous, (start, floor)
-        if previous is None or not start > previous[0]:
-            return
-        rate = (floor - previous[1]) / (start - previous[0])
-        pace = median = math.nan
-        if len(self._rates) >= STARTUP_PACE_RISES:
-            median = statistics.median(self._rates)
-        later = self._rates[STARTUP_PACE_RISES:]
-        if len(later) >= 2:
-            # Faster than the climb's median pace and than its fastest window once the first
-            # ones are past (they may hold the interpreter's and the libraries' jump).
-            pace = STARTUP_FASTER * max(median, *later)
-        # A new pace shows in two windows in a row (faster ones alike): one alone is a lump
-        # or a lull, and joins the climb's pace once the next window says so.
-        change = None
-        if rate > pace:  # False while the pace is NaN
-            change = "faster"
-        elif rate <= STARTUP_SETTLED * abs(floor) and rate <= max(median, 0.0) / STARTUP_SLOWER:
-            change = "slower"  # False while the pace is NaN: a climb's first lumps are small
-        pending = self._changing
-        if (
-            pending is not None
-            and change == pending[0]
-            and (change == "slower" or _alike(rate, pending[2]))
-        ):
-            self.ended_at = pending[1]
-            return
-        if pending is not None:
-            self._rates.append(pending[2])
-        if change is None:
-            self._rates.append(rate)
-            self._changing = None
-        else:
-            self._changing = (change, previous[0], rate)
-
-
-def _alike(rate: float, other: float) -> bool:
-    """Neither rises more than ``STARTUP_KNEE`` times the other."""
-    return max(rate, other) <= STARTUP_KNEE * min(rate, other)
-
-
-@dataclass
-class _Signal:
-    """State of one signal and label set."""
-
-    scales: list[WindowMeans]
-    first_t: float = math.nan
-    startup: StartUp = field(default_factory=StartUp)
-    analysed: dict[float, tuple[tuple[int, float, float, bool], Analysis]] = field(
-        default_factory=dict
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryThresholds:
-    """What counts as drift; the defaults are tuned on ``bench/detection``."""
-
-    points: int = 24  # newest window means tested per scale
-    min_points: int = 8
-    alpha: float = 0.001  # Mann-Kendall level, for urgent growth and for a leak
-    settled_min_width: float = 600.0
-    warmup_seconds: float = 3600.0
-    warmup_epochs: int = 2
-    min_growth: float = 0.005  # a leak grows at least this share of the level over its window
-    min_growth_bytes: float = 16 * MIB  # and at least this much
-    fast_horizon: float = 3600.0  # urgent: the limit is reached sooner than this
-    min_span: float = 1200.0  # a leak holds at least this long
-    scales: tuple[float, ...] = SCALES_SECONDS
-
-
-STARTUP_MAX_SECONDS = 30.0
-"""Longest a signal's climb from its first reading counts as start-up, in seconds."""
-STARTUP_PACE_RISES = 3
-"""Window rises that set a start-up climb's pace before a new pace can end it."""
-STARTUP_FASTER = 2.0
-"""A window rising this many times the climb's median pace and its fastest since its first
-rises is faster than start-up."""
-STARTUP_KNEE = 2.0
-"""Two windows are alike when neither rises more than this many times the other."""
-STARTUP_SETTLED = 0.025
-"""A window rising by less than this share of its level per second has settled."""
-STARTUP_SLOWER = 3.0
-"""...and by less than the climb's median pace divided by this (not a lull of a slow climb)."""
-RAPID_MAX_WIDTH = 2.0
-"""Widest scale, in seconds, judged for rapid growth on its newest few windows."""
-RAPID_POINTS = 4
-"""Newest window floors a rapid-growth test takes."""
-RAPID_EVEN = 3.0
-"""Rapid growth: no rise of those floors exceeds this many times the smallest."""
 CONCLUDE_MIN_POINTS = 3
 """Window floors since start-up (the open one included) a run's end needs to state growth."""
 CONCLUDE_MIN_SHARE = 0.1
@@ -277,42 +61,19 @@ CONCLUDE_PACE = 0.5
 CONCLUDE_UNSETTLED_SHARE = 0.4
 """Growth stated at the end of a run that ended within its start-up: share its newer half adds."""
 CONCLUDE_UNSETTLED_BYTES = 512 * MIB
-"""...and bytes it adds at least (TensorFlow's libraries bring 370 MB in the first second)."""
-MIN_READINGS = 3
-"""Readings a scale's windows hold (median) for the scale to be analysed: the floor of a
-window with one or two readings is just those readings, and a GC cycle's rising half, seen
-at the monitor's 10-s tick through 2-s or 20-s windows, would pass for a leak rushing to the
-limit (with 2, 3 of 10 healthy GC-heavy runs got a critical finding in their first minutes)."""
-TF_SHARE_OF_LEAK = 0.25
-"""TensorFlow's allocator rising at this share of RSS's rate or more makes the leak one of
-tensors kept alive: a tensor costs RSS and allocator bytes alike, Python state only RSS."""
-TF_RISE_P = 0.1
-"""Significance asked of the allocator's rise once it keeps pace with RSS (above), from a
-plain Mann-Kendall test: the RSS trend is already established, and the question is only
-whether the allocator follows it. Its probes may start seconds after RSS rises (4 rising
-windows give p = 0.09; p < 0.01 would ask for 6), and a rise whose rate changes (steps
-getting faster) leaves autocorrelated residuals around one line, which the lag-1 correction
-would read as noise: 16 strictly rising windows got p = 0.16 with it."""
-SLOWING = 0.8
-"""A window's newer half rising slower than this share of its older half's rate is a
-rise that levels off (a warm-up), not noise around a steady one."""
-SLOWING_MIN_HALF_SPAN = 60.0
-"""Levelling off is judged over at least a minute on each side: within seconds, the tail
-of a start-up ramp followed by a leak looks the same."""
+"""Bytes that growth stated at the end of a run within its start-up adds at least."""
 
 
-def _decay(older_slope: float, newer_slope: float, half_span: float) -> float:
-    """Time constant of an exponentially slowing rise whose rate went from ``older_slope``
-    to ``newer_slope`` over ``half_span`` seconds; ``inf`` when it is not clearly slowing."""
-    if (
-        half_span < SLOWING_MIN_HALF_SPAN
-        or not older_slope > 0
-        or newer_slope >= SLOWING * older_slope
-    ):
-        return math.inf
-    if newer_slope <= 0:
-        return 0.0
-    return half_span / math.log(older_slope / newer_slope)
+@dataclass
+class _Signal:
+    """State of one signal and label set."""
+
+    scales: list[WindowMeans]
+    first_t: float = math.nan
+    startup: StartUp = field(default_factory=StartUp)
+    analysed: dict[float, tuple[tuple[int, float, float, bool], Analysis]] = field(
+        default_factory=dict
+    )
 
 
 class MemoryDriftDetector:
@@ -324,7 +85,7 @@ class MemoryDriftDetector:
         kind: str,
         what: str,
         limit_series: str | None,
-        thresholds: MemoryThresholds = MemoryThresholds(),
+        thresholds: MemoryThresholds = DEFAULT_THRESHOLDS,
     ) -> None:
         self.name = kind
         self.what = what
@@ -395,98 +156,10 @@ class MemoryDriftDetector:
             key = (scale.version, warm_until, started, full)
             cached = state.analysed.get(scale.width)
             if cached is None or cached[0] != key:
-                analysis = self._analyse(scale, warm_until, started, full)
+                analysis = analyse_scale(scale, self.thresholds, warm_until, started, full)
                 cached = state.analysed[scale.width] = (key, analysis)
             merged.merge(cached[1])
         return merged
-
-    def _analyse(
-        self, scale: WindowMeans, warm_until: float, started: float, full: bool
-    ) -> Analysis:
-        """One scale's trends and jumps; cached until a window closes or a phase ends.
-        ``full``: rapid growth counts the window still filling, which holds its readings."""
-        analysis = Analysis()
-        if len(scale.means) < RAPID_POINTS or statistics.median(scale.readings) < MIN_READINGS:
-            return analysis
-        times = np.array([t for t, _ in scale.means])
-        floors = np.array(scale.floors)
-        level = scale.means[-1][1]
-        if scale.width <= RAPID_MAX_WIDTH:
-            rising_times, rising_floors = times, floors
-            if full:
-                start, _, floor, _ = scale.windows(with_open=True)[-1]
-                rising_times, rising_floors = np.append(times, start), np.append(floors, floor)
-            recent = np.flatnonzero(rising_times >= started)[-RAPID_POINTS:]
-            rapid = self._even_rise(scale.width, rising_times[recent], rising_floors[recent], level)
-            if rapid is not None and len(recent) == RAPID_POINTS:
-                # It has risen since the first of the unbroken run of higher floors.
-                first = int(recent[0])
-                while (
-                    first > 0
-                    and rising_times[first - 1] >= started
-                    and rising_floors[first - 1] < rising_floors[first]
-                ):
-                    first -= 1
-                analysis.rapid.append(replace(rapid, since=float(rising_times[first])))
-        if len(scale.means) < self.thresholds.min_points:
-            return analysis
-        smallest_jump = max(self.thresholds.min_growth_bytes * 4, 0.005 * level)
-        splits = level_jumps(floors, min_jump=smallest_jump, k=4.0)
-        for i in splits:
-            analysis.jumps.append((float(times[i]), float(floors[i] - floors[i - 1])))
-        # Floors are lowest readings: the window a rise fell into keeps the old floor, so the
-        # first floor past a jump is already the new level's (a fall's window has the new
-        # floor itself). The segment starts there.
-        start = splits[-1] if splits else 0
-        # Narrow scales are urgent only as rapid growth: a rise must still be even now.
-        buckets = [(times >= warm_until, analysis.settled)]
-        if scale.width > RAPID_MAX_WIDTH:
-            buckets.append((times >= started, analysis.fast))
-        for subset, bucket in buckets:
-            idx = np.arange(start, len(floors))
-            if subset is not None:
-                idx = idx[subset[start:]]
-            if len(idx) < self.thresholds.min_points:
-                continue
-            if bucket is analysis.fast:
-                analysis.fast_tested.add(scale.width)
-            slope, _ = theil_sen(times[idx], floors[idx])
-            if not slope > 0:
-                continue
-            # The small-sample autocorrelation estimate is too unstable below ~16 points.
-            test = mann_kendall(floors[idx], lag1_correction=len(idx) >= 16)
-            if test.p < self.thresholds.alpha:
-                half = len(idx) // 2
-                older_slope, _ = theil_sen(times[idx[:half]], floors[idx[:half]])
-                newer_slope, _ = theil_sen(times[idx[half:]], floors[idx[half:]])
-                since = float(times[idx[0]])
-                half_span = (times[idx[-1]] - times[idx[0]]) / 2
-                decay = _decay(older_slope, newer_slope, half_span)
-                bucket.append(Trend(scale.width, slope, test.p, level, since, len(idx), decay))
-        return analysis
-
-    def _even_rise(
-        self, width: float, times: np.ndarray, floors: np.ndarray, level: float
-    ) -> Trend | None:
-        """A rise of contiguous windows' floors that is material, even (every window higher,
-        none by a jump) and keeps its pace (the newer windows rise at least ``SLOWING`` of
-        the older ones' rate): the shape of a leak, not of a level that settles."""
-        if len(floors) < 3 or np.any(np.diff(times) > 2 * width):
-            return None
-        rises = np.diff(floors)
-        if (
-            not np.all(rises > 0)
-            or floors[-1] - floors[0] < self.thresholds.min_growth_bytes
-            or rises.max() > RAPID_EVEN * rises.min()
-        ):
-            return None
-        older, _ = theil_sen(times[:3], floors[:3])
-        newer, _ = theil_sen(times[-3:], floors[-3:])
-        if newer < SLOWING * older:
-            return None
-        slope, _ = theil_sen(times, floors)
-        p = mann_kendall(floors).p
-        return Trend(width, slope, p, level, float(times[0]), len(floors), math.inf)
 
     def evaluate(self, now: float) -> Evaluation:
         findings: list[Finding] = []
@@ -709,152 +382,12 @@ class MemoryDriftDetector:
         ), {}
 
 
-def _covering(scales: Iterable[WindowMeans], since: float) -> list[tuple[float, float]]:
-    """(start, floor) since ``since``, the window still filling included (a leak found
-    within seconds has few windows behind it), from the narrowest scale that reaches back
-    that far with at least 4 windows (probes may be sparser than the windows), else the one
-    with the most windows since then."""
-    best: list[tuple[float, float]] = []
-    for means in sorted(scales, key=lambda m: m.width):
-        windows = means.windows(with_open=True)
-        points = [(t, floor) for t, _, floor, _ in windows if t >= since]
-        if len(points) >= 4 and windows[0][0] <= since:
-            return points
-        if len(points) > len(best):
-            best = points
-    return best
-
-
-class HostMemoryDetector(MemoryDriftDetector):
-    """Host RSS drift, with the likely leak class from how TF memory and tracing behave.
-
-    TF allocator memory is kept at the same scales as RSS, so the class is judged over the
-    window that found the trend, whether that is seconds or hours. Retracing shows as the
-    hook's tracing count or, without the hook (custom loops), TF's retracing warnings.
-    """
-
-    def __init__(self, thresholds: MemoryThresholds = MemoryThresholds()) -> None:
-        super().__init__(
-            "rss_bytes", "host_memory_drift", "host memory (RSS)", "memory_limit_bytes", thresholds
-        )
-        self.series = self.series | {
-            "tf_allocator_current_bytes",
-            "tracing_count",
-            "retracing_warnings_total",
-        }
-        self._tf: dict[Labels, dict[float, WindowMeans]] = {}
-        self._traces: dict[str, deque[tuple[float, float]]] = {
-            "tracing_count": deque(maxlen=4096),
-            "retracing_warnings_total": deque(maxlen=1),
-        }
-
-    def observe(self, sample: Sample) -> None:
-        if sample.series == "tf_allocator_current_bytes":
-            scales = self._tf.get(sample.labels)
-            if scales is None:
-                scales = self._tf[sample.labels] = {
-                    w: WindowMeans(w, self.thresholds.points) for w in self.thresholds.scales
-                }
-            for means in scales.values():
-                means.add(sample.t, sample.value)
-        elif sample.series in self._traces:
-            self._traces[sample.series].append((sample.t, sample.value))
-        else:
-            super().observe(sample)
-
-    def _retraced(self, since: float) -> bool:
-        """Whether the train function was traced again since ``since``, or TF ever warned
-        of frequent retracing: it warns at most twice per function, early on, however
-        long the retracing goes on (``FREQUENT_TRACING_WARNING_MAX_WARNING_PER_DETECTOR``)."""
-        counts = self._traces["tracing_count"]
-        traces = [c for t, c in counts if t >= since]
-        if len(traces) >= 2 and traces[-1] - traces[0] >= 2:
-            return True
-        warnings = self._traces["retracing_warnings_total"]
-        return bool(warnings) and warnings[-1][1] > 0
-
-    def leak_class(self, trend: Trend) -> tuple[str, str, float]:
-        """(class, advice, TF allocator slope in bytes/s or NaN) from TF allocator memory
-        and tracing over ``trend``'s window."""
-        tf_rising = False
-        tf_known = False
-        tf_slope = math.nan  # the steepest device's
-        for scales in self._tf.values():
-            points = _covering(scales.values(), trend.since)
-            if len(points) >= 4:  # at most ``points`` means: cheap
-                tf_known = True
-                times = np.array([t for t, _ in points])
-                values = np.array([m for _, m in points])
-                slope, _ = theil_sen(times, values)
-                tf_slope = max(slope, tf_slope) if math.isfinite(tf_slope) else slope
-                keeps_pace = slope >= TF_SHARE_OF_LEAK * trend.slope
-                tf_rising = tf_rising or (keeps_pace and mann_kendall(values).p < TF_RISE_P)
-        if tf_rising:
-            return (
-                "tensors_kept_alive",
-                (
-                    "TensorFlow's own allocator grows with it: tensors are being kept alive, "
-                    "e.g. outputs or losses appended to a Python list, or a tf.Variable/metric "
-                    "that accumulates, or whole models kept alive (models built in a loop: "
-                    "keras.backend.clear_session() between them). Keep Python floats "
-                    "(loss.numpy()) instead of tensors."
-                ),
-                tf_slope,
-            )
-        if self._retraced(trend.since):
-            return (
-                "retracing",
-                (
-                    "TensorFlow allocator memory is flat while the train function keeps being "
-                    "retraced: each trace keeps a new graph alive. Pass tensors, not Python "
-                    "numbers, to tf.function (tf.constant(lr)), or give it an input_signature; "
-                    "use reduce_retracing=True for varying shapes."
-                ),
-                tf_slope,
-            )
-        if tf_known:
-            return (
-                "framework_state",
-                (
-                    "TensorFlow allocator memory and tracing are flat: Python or framework "
-                    "state grows, e.g. models or layers built in a loop without "
-                    "keras.backend.clear_session(), histories or caches that keep growing, or "
-                    "allocator fragmentation (try TCMALLOC or jemalloc)."
-                ),
-                tf_slope,
-            )
-        if self._tf:
-            advice = (
-                "TensorFlow's allocator has not been probed over this window yet: the likely "
-                "class follows once it has."
-            )
-        elif self._traces["tracing_count"]:  # the hook runs: the allocator keeps no statistics
-            advice = (
-                "TensorFlow's allocator keeps no statistics here (its CPU allocator does not "
-                "by default; driftwatch run --cpu-allocator-stats turns them on), so tensors "
-                "cannot be told from Python state: compare two tracemalloc snapshots."
-            )
-        else:
-            advice = (
-                "Without the in-process hook driftwatch cannot tell tensors from Python state: "
-                "run the job under driftwatch run, or compare two tracemalloc snapshots."
-            )
-        return "unknown", advice, tf_slope
-
-    def explain(self, trend: Trend) -> tuple[str, dict[str, float | str]]:
-        leak_class, advice, tf_slope = self.leak_class(trend)
-        evidence: dict[str, float | str] = {"leak_class": leak_class}
-        if math.isfinite(tf_slope):
-            evidence["tf_allocator_slope_bytes_per_hour"] = tf_slope * 3600
-        return advice, evidence
-
-
 class AllocatorMemoryDetector(MemoryDriftDetector):
     """TensorFlow allocator memory, judged against its device's limit: a GPU's total memory
     (NVML's ``gpu`` index matched to TensorFlow's ``GPU:<index>``), else the process's
     memory limit (a CPU device allocates host memory)."""
 
-    def __init__(self, thresholds: MemoryThresholds = MemoryThresholds()) -> None:
+    def __init__(self, thresholds: MemoryThresholds = DEFAULT_THRESHOLDS) -> None:
         super().__init__(
             "tf_allocator_current_bytes",
             "tf_memory_drift",
@@ -876,17 +409,3 @@ class AllocatorMemoryDetector(MemoryDriftDetector):
         if kind.upper().endswith("GPU"):
             return self._gpu_totals.get(index, math.nan)
         return super().limit_for(())
-
-
-def memory_detectors() -> list[Detector]:
-    """Host RSS, TensorFlow allocator and GPU process memory drift detectors."""
-    return [
-        HostMemoryDetector(),
-        AllocatorMemoryDetector(),
-        MemoryDriftDetector(
-            "gpu_process_memory_bytes",
-            "gpu_memory_drift",
-            "GPU memory of the process",
-            "gpu_memory_total_bytes",
-        ),
-    ]

@@ -18,14 +18,14 @@ import numpy.typing as npt
 
 FloatArray = npt.NDArray[np.float64]
 
-#: MAD -> standard deviation for normal data (1 / Phi^-1(3/4)).
 MAD_TO_SIGMA = 1.4826
+"""MAD -> standard deviation for normal data (1 / Phi^-1(3/4))."""
 
-#: Standard error of a median over that of a mean, for normal data (sqrt(pi / 2)).
 MEDIAN_EFFICIENCY = 1.2533
+"""Standard error of a median over that of a mean, for normal data (sqrt(pi / 2))."""
 
-#: Largest lag-1 autocorrelation the Mann-Kendall correction will use (caps n/n* at 39).
 MAX_LAG1 = 0.95
+"""Largest lag-1 autocorrelation the Mann-Kendall correction will use (caps n/n* at 39)."""
 
 
 def _as_float(x: npt.ArrayLike) -> FloatArray:

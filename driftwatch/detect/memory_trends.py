@@ -1,0 +1,222 @@
+"""Trends and level jumps of one memory signal at one window width, and what counts as drift.
+
+Trends are judged on window floors (Theil-Sen slope, Mann-Kendall significance) within the
+segment after the last level jump; rapid growth on the newest few narrow windows. Reasoning
+and experiments: docs/detectors.md, "Memory drift".
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from driftwatch.detect.stats import level_jumps, mann_kendall, theil_sen
+from driftwatch.detect.windows import WindowMeans
+
+MIB = 1 << 20
+"""Bytes in a mebibyte."""
+SCALES_SECONDS = (1.5, 2.0, 20.0, 120.0, 600.0)
+"""Window widths, in seconds, at which each memory signal is judged."""
+
+
+@dataclass(frozen=True, slots=True)
+class Trend:
+    """A significant rise of one signal at one scale."""
+
+    width: float
+    slope: float  # bytes per second
+    p: float
+    level: float  # the newest mean
+    since: float  # start of the tested segment
+    points: int
+    decay: float
+    """Seconds in which the growth rate falls by a factor e: ``inf`` unless the newer half of
+    the window rises clearly slower than the older (a warm-up levelling off)."""
+
+    def time_to(self, limit: float) -> float:
+        """Seconds until the level reaches ``limit`` if the growth goes on as it does now."""
+        headroom = limit - self.level
+        if not headroom > 0:
+            return math.inf  # already past it, or no limit known: nothing to project
+        if math.isinf(self.decay):
+            return headroom / self.slope
+        reachable = self.slope * self.decay  # what an exponentially slowing rise still adds
+        if reachable <= headroom:
+            return math.inf
+        return -self.decay * math.log1p(-headroom / reachable)
+
+
+Jump = tuple[float, float]
+"""(when, by how many bytes)."""
+
+
+@dataclass
+class Analysis:
+    """Trends and jumps of one signal, from one scale or merged over all of them."""
+
+    settled: list[Trend] = field(default_factory=list)  # past warm-up
+    fast: list[Trend] = field(default_factory=list)  # since training started
+    rapid: list[Trend] = field(default_factory=list)  # newest few narrow windows, even
+    jumps: list[Jump] = field(default_factory=list)
+    # Widths whose segment since training started (and since their last jump) holds
+    # enough windows to test: a wider scale that could test fast growth and does not
+    # find it vetoes a narrower one's.
+    fast_tested: set[float] = field(default_factory=set)
+
+    def merge(self, other: Analysis) -> None:
+        self.settled += other.settled
+        self.fast += other.fast
+        self.rapid += other.rapid
+        self.jumps += other.jumps
+        self.fast_tested |= other.fast_tested
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryThresholds:
+    """What counts as drift; the defaults are tuned on ``bench/detection``."""
+
+    points: int = 24  # newest window means tested per scale
+    min_points: int = 8
+    alpha: float = 0.001  # Mann-Kendall level, for urgent growth and for a leak
+    settled_min_width: float = 600.0
+    warmup_seconds: float = 3600.0
+    warmup_epochs: int = 2
+    min_growth: float = 0.005  # a leak grows at least this share of the level over its window
+    min_growth_bytes: float = 16 * MIB  # and at least this much
+    fast_horizon: float = 3600.0  # urgent: the limit is reached sooner than this
+    min_span: float = 1200.0  # a leak holds at least this long
+    scales: tuple[float, ...] = SCALES_SECONDS
+
+
+DEFAULT_THRESHOLDS = MemoryThresholds()
+"""The thresholds the detectors run with."""
+RAPID_MAX_WIDTH = 2.0
+"""Widest scale, in seconds, judged for rapid growth on its newest few windows."""
+RAPID_POINTS = 4
+"""Newest window floors a rapid-growth test takes."""
+RAPID_EVEN = 3.0
+"""Rapid growth: no rise of those floors exceeds this many times the smallest."""
+MIN_READINGS = 3
+"""Median readings a scale's windows must hold for the scale to be analysed."""
+SLOWING = 0.8
+"""Share of its older half's rate below which a newer half's rise is levelling off."""
+SLOWING_MIN_HALF_SPAN = 60.0
+"""Seconds each half must span for levelling off to be judged."""
+
+
+def _decay(older_slope: float, newer_slope: float, half_span: float) -> float:
+    """Time constant of an exponentially slowing rise whose rate went from ``older_slope``
+    to ``newer_slope`` over ``half_span`` seconds; ``inf`` when it is not clearly slowing."""
+    if (
+        half_span < SLOWING_MIN_HALF_SPAN
+        or not older_slope > 0
+        or newer_slope >= SLOWING * older_slope
+    ):
+        return math.inf
+    if newer_slope <= 0:
+        return 0.0
+    return half_span / math.log(older_slope / newer_slope)
+
+
+def analyse_scale(
+    scale: WindowMeans,
+    thresholds: MemoryThresholds,
+    warm_until: float,
+    started: float,
+    full: bool,
+) -> Analysis:
+    """One scale's trends and jumps (the detector caches them until a window closes or a
+    phase ends). ``full``: rapid growth counts the window still filling, which holds its
+    readings."""
+    analysis = Analysis()
+    if len(scale.means) < RAPID_POINTS or statistics.median(scale.readings) < MIN_READINGS:
+        return analysis
+    times = np.array([t for t, _ in scale.means])
+    floors = np.array(scale.floors)
+    level = scale.means[-1][1]
+    if scale.width <= RAPID_MAX_WIDTH:
+        rising_times, rising_floors = times, floors
+        if full:
+            start, _, floor, _ = scale.windows(with_open=True)[-1]
+            rising_times, rising_floors = np.append(times, start), np.append(floors, floor)
+        recent = np.flatnonzero(rising_times >= started)[-RAPID_POINTS:]
+        rapid = _even_rise(
+            scale.width, rising_times[recent], rising_floors[recent], level, thresholds
+        )
+        if rapid is not None and len(recent) == RAPID_POINTS:
+            # It has risen since the first of the unbroken run of higher floors.
+            first = int(recent[0])
+            while (
+                first > 0
+                and rising_times[first - 1] >= started
+                and rising_floors[first - 1] < rising_floors[first]
+            ):
+                first -= 1
+            analysis.rapid.append(replace(rapid, since=float(rising_times[first])))
+    if len(scale.means) < thresholds.min_points:
+        return analysis
+    smallest_jump = max(thresholds.min_growth_bytes * 4, 0.005 * level)
+    splits = level_jumps(floors, min_jump=smallest_jump, k=4.0)
+    for i in splits:
+        analysis.jumps.append((float(times[i]), float(floors[i] - floors[i - 1])))
+    # Floors are lowest readings: the window a rise fell into keeps the old floor, so the
+    # first floor past a jump is already the new level's (a fall's window has the new
+    # floor itself). The segment starts there.
+    start = splits[-1] if splits else 0
+    # Narrow scales are urgent only as rapid growth: a rise must still be even now.
+    buckets = [(times >= warm_until, analysis.settled)]
+    if scale.width > RAPID_MAX_WIDTH:
+        buckets.append((times >= started, analysis.fast))
+    for subset, bucket in buckets:
+        idx = np.arange(start, len(floors))
+        if subset is not None:
+            idx = idx[subset[start:]]
+        if len(idx) < thresholds.min_points:
+            continue
+        if bucket is analysis.fast:
+            analysis.fast_tested.add(scale.width)
+        slope, _ = theil_sen(times[idx], floors[idx])
+        if not slope > 0:
+            continue
+        # The small-sample autocorrelation estimate is too unstable below ~16 points.
+        test = mann_kendall(floors[idx], lag1_correction=len(idx) >= 16)
+        if test.p < thresholds.alpha:
+            half = len(idx) // 2
+            older_slope, _ = theil_sen(times[idx[:half]], floors[idx[:half]])
+            newer_slope, _ = theil_sen(times[idx[half:]], floors[idx[half:]])
+            since = float(times[idx[0]])
+            half_span = (times[idx[-1]] - times[idx[0]]) / 2
+            decay = _decay(older_slope, newer_slope, half_span)
+            bucket.append(Trend(scale.width, slope, test.p, level, since, len(idx), decay))
+    return analysis
+
+
+def _even_rise(
+    width: float,
+    times: np.ndarray,
+    floors: np.ndarray,
+    level: float,
+    thresholds: MemoryThresholds,
+) -> Trend | None:
+    """A rise of contiguous windows' floors that is material, even (every window higher,
+    none by a jump) and keeps its pace (the newer windows rise at least ``SLOWING`` of
+    the older ones' rate): the shape of a leak, not of a level that settles."""
+    if len(floors) < 3 or np.any(np.diff(times) > 2 * width):
+        return None
+    rises = np.diff(floors)
+    if (
+        not np.all(rises > 0)
+        or floors[-1] - floors[0] < thresholds.min_growth_bytes
+        or rises.max() > RAPID_EVEN * rises.min()
+    ):
+        return None
+    older, _ = theil_sen(times[:3], floors[:3])
+    newer, _ = theil_sen(times[-3:], floors[-3:])
+    if newer < SLOWING * older:
+        return None
+    slope, _ = theil_sen(times, floors)
+    p = mann_kendall(floors).p
+    return Trend(width, slope, p, level, float(times[0]), len(floors), math.inf)
