@@ -1,8 +1,9 @@
-"""The bundled examples that ``driftwatch demo`` runs: real TensorFlow programs in the
-repository's ``examples/`` directory, healthy and broken, that know nothing of driftwatch.
+"""The bundled examples that ``driftwatch demo`` runs: real TensorFlow programs in
+``driftwatch/examples/``, healthy and broken, that know nothing of driftwatch.
 
-They are found next to the package, so the demo works from a clone (an editable install
-included); a wheel does not ship them.
+They ship inside the package (as data, not a subpackage: each runs as a script by its path
+and imports its neighbours, ``common`` and the like, as top-level modules), so the demo works
+from a wheel as from a clone. Listing them parses their source; nothing here imports them.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from pathlib import Path
 
 from driftwatch.errors import UsageError
 
-EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES_DIR = Path(__file__).resolve().parent / "examples"
+"""Where the examples are: beside this module, in the installed package."""
 DEFAULT_EXAMPLE = "slow_and_diverging"
 """Short, with two problems: a callback that gets slower and a loss that turns NaN."""
 
@@ -42,10 +44,7 @@ def _load(path: Path) -> Example | None:
 def examples(directory: Path = EXAMPLES_DIR) -> list[Example]:
     """Every example in ``directory``, by name."""
     if not directory.is_dir():
-        raise UsageError(
-            f"no examples at {directory}: driftwatch demo runs the examples of a source "
-            "checkout (git clone the repository and install it with pip install -e)"
-        )
+        raise UsageError(f"no examples at {directory}: this driftwatch is incomplete (reinstall)")
     found = (_load(path) for path in sorted(directory.glob("*.py")))
     return [example for example in found if example is not None]
 

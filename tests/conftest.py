@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-EXAMPLES = REPO / "examples"
+EXAMPLES = REPO / "driftwatch" / "examples"
 TF_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"}
 
 

@@ -90,7 +90,7 @@ PYTHON_FLOAT_LR = (
 )
 
 PROGRAMS = {
-    "train_keras": ["examples/train_keras.py", "--epochs", "1000", "--seconds"],
+    "train_keras": ["driftwatch/examples/train_keras.py", "--epochs", "1000", "--seconds"],
     "custom_loop": ["-c", CUSTOM_LOOP],
     "cnn_fit_validation": ["-c", CNN_FIT],
     "kept_outputs": ["-c", KEPT_OUTPUTS],

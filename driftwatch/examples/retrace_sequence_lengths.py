@@ -7,7 +7,7 @@ warns ("triggered tf.function retracing"); driftwatch reports ``host_memory_drif
 class ``retracing``). Fix: ``input_signature=[tf.TensorSpec([None, None], tf.int32), ...]``,
 ``reduce_retracing=True``, or pad to a few bucket lengths.
 
-python examples/retrace_sequence_lengths.py [--seconds 40]
+python driftwatch/examples/retrace_sequence_lengths.py [--seconds 40]
 """
 
 from __future__ import annotations

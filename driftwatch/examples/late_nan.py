@@ -6,7 +6,7 @@ float32, ``log(1 - p)`` is ``-inf``, ``0 * -inf`` is NaN, and from then on so is
 weight. driftwatch reports ``nonfinite``. Fix: compute the loss from logits
 (``keras.losses.BinaryCrossentropy(from_logits=True)``), or clip ``p`` away from 0 and 1.
 
-python examples/late_nan.py [--epochs 150]
+python driftwatch/examples/late_nan.py [--epochs 150]
 """
 
 from __future__ import annotations

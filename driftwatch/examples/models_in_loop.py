@@ -10,7 +10,7 @@ TensorFlow's allocator. driftwatch reports ``host_memory_drift`` (leak class
 are too sparse for the window that found the leak; both advise clearing the session). Fix: call
 ``keras.backend.clear_session()`` at the start of each trial.
 
-python examples/models_in_loop.py [--seconds 40]
+python driftwatch/examples/models_in_loop.py [--seconds 40]
 """
 
 from __future__ import annotations

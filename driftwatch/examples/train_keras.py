@@ -2,7 +2,7 @@
 
 It must raise no warning. Like every example, it knows nothing of driftwatch.
 
-python examples/train_keras.py [--logdir /tmp/tb] [--epochs 50] [--seconds 40]
+python driftwatch/examples/train_keras.py [--logdir /tmp/tb] [--epochs 50] [--seconds 40]
 """
 
 from __future__ import annotations

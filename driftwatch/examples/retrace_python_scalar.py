@@ -6,7 +6,7 @@ Each step is slow and host memory grows by about a megabyte per step. TensorFlow
 ("triggered tf.function retracing"); driftwatch reports ``host_memory_drift`` (leak class
 ``retracing``). Fix: pass ``tf.constant(lr)`` (or keep it in a ``tf.Variable``).
 
-python examples/retrace_python_scalar.py [--seconds 40]
+python driftwatch/examples/retrace_python_scalar.py [--seconds 40]
 """
 
 from __future__ import annotations

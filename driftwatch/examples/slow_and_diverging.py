@@ -4,7 +4,7 @@ The default of ``driftwatch demo``: a callback whose cost grows with the step co
 (``slow_callbacks``, see growing_callback.py) and a hand-written log loss that turns
 non-finite about halfway (``nonfinite``, see late_nan.py).
 
-python examples/slow_and_diverging.py [--epochs 150]
+python driftwatch/examples/slow_and_diverging.py [--epochs 150]
 """
 
 from __future__ import annotations

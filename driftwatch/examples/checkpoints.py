@@ -3,7 +3,7 @@
 Each save stops training for a moment at a regular interval. driftwatch reports it as
 information only (``periodic_stall``: period and share of wall time), and nothing else.
 
-python examples/checkpoints.py [--seconds 40] [--every 300]
+python driftwatch/examples/checkpoints.py [--seconds 40] [--every 300]
 """
 
 from __future__ import annotations

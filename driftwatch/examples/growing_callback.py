@@ -5,7 +5,7 @@ a metric recomputed over every prediction) costs O(steps): free at the start, th
 each step an hour later. driftwatch reports it as ``slow_callbacks`` (the share of each
 step spent outside the train step grows). Fix: append, or save every N steps.
 
-python examples/growing_callback.py [--seconds 40]
+python driftwatch/examples/growing_callback.py [--seconds 40]
 """
 
 from __future__ import annotations

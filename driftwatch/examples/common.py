@@ -1,7 +1,9 @@
 """What the examples share: arguments, data, a small model, a time budget.
 
 The examples are ordinary TensorFlow/Keras programs that know nothing of driftwatch; each
-runs on its own with ``python examples/NAME.py`` (Python puts this directory on the path).
+runs on its own with ``python driftwatch/examples/NAME.py`` (Python puts this directory on
+the path). They ship in the package as data for ``driftwatch demo``: driftwatch never imports
+them.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ gigabytes per hour, as does every upload of it. driftwatch reports ``event_file_
 (and ``event_file_growth``). Fix: log images every N steps
 (``tf.summary.record_if(step % N == 0)``), fewer and smaller, or in their own directory.
 
-python examples/image_summaries.py [--seconds 40]
+python driftwatch/examples/image_summaries.py [--seconds 40]
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ driftwatch reports ``host_memory_drift`` (leak class ``tensors_kept_alive``; run
 ``driftwatch run --cpu-allocator-stats`` so that TensorFlow's CPU allocator keeps
 statistics). Fix: keep what you need as NumPy (``.numpy()``), summarised, or every N steps.
 
-python examples/tensors_kept_alive.py [--seconds 40]
+python driftwatch/examples/tensors_kept_alive.py [--seconds 40]
 """
 
 from __future__ import annotations
