@@ -1,0 +1,95 @@
+"""The tables of finding kinds (``KINDS``) and watched signals (``WATCHED``) against the code
+that reports and shows them: no kind or signal outside its table, no row without its code."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from pathlib import Path
+
+import driftwatch
+from driftwatch.findings import KINDS, Finding
+
+PACKAGE = Path(driftwatch.__file__).parent
+DETECT = PACKAGE / "detect"
+
+
+def _str(node: ast.expr | None) -> str | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    return None
+
+
+def _kind_positions(trees: list[ast.Module]) -> dict[str, int]:
+    """Where ``Finding`` and each class that takes a ``kind`` (a detector built for one kind)
+    take it among their positional arguments."""
+    positions = {"Finding": [f.name for f in dataclasses.fields(Finding)].index("kind")}
+    for tree in trees:
+        for cls in (node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)):
+            for item in cls.body:
+                if isinstance(item, ast.FunctionDef) and item.name == "__init__":
+                    names = [arg.arg for arg in item.args.args[1:]]  # after self
+                    if "kind" in names:
+                        positions[cls.name] = names.index("kind")
+    return positions
+
+
+def _callee(call: ast.Call, cls: ast.ClassDef | None, positions: dict[str, int]) -> str | None:
+    """The class ``call`` builds: by its name, or ``super().__init__`` in ``cls``."""
+    if isinstance(call.func, ast.Name):
+        return call.func.id
+    super_init = (
+        isinstance(call.func, ast.Attribute)
+        and call.func.attr == "__init__"
+        and isinstance(call.func.value, ast.Call)
+        and isinstance(call.func.value.func, ast.Name)
+        and call.func.value.func.id == "super"
+    )
+    if super_init and cls is not None:
+        bases = [base.id for base in cls.bases if isinstance(base, ast.Name)]
+        return next((base for base in bases if base in positions), None)
+    return None
+
+
+def literal_kinds(paths: list[Path]) -> set[str]:
+    """The kinds named in the sources of the modules that make findings: string literals
+    given to ``Finding`` or to a ``kind`` parameter, or assigned to a variable ``kind``."""
+    trees = [ast.parse(path.read_text()) for path in paths]
+    positions = _kind_positions(trees)
+    kinds: set[str] = set()
+    for tree in trees:
+        calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+        if not any(isinstance(c.func, ast.Name) and c.func.id == "Finding" for c in calls):
+            continue
+        owner = {
+            id(call): cls
+            for cls in (node for node in ast.walk(tree) if isinstance(node, ast.ClassDef))
+            for call in ast.walk(cls)
+            if isinstance(call, ast.Call)
+        }
+        for call in calls:
+            callee = _callee(call, owner.get(id(call)), positions)
+            if callee not in positions:
+                continue
+            index = positions[callee]
+            given = [kw.value for kw in call.keywords if kw.arg == "kind"]
+            if index < len(call.args):
+                given.append(call.args[index])
+            kinds.update(kind for node in given if (kind := _str(node)) is not None)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and any(
+                isinstance(target, ast.Name) and target.id == "kind" for target in node.targets
+            ):
+                kinds.update(kind for kind in [_str(node.value)] if kind is not None)
+    return kinds
+
+
+def test_the_kinds_in_the_sources_are_the_table() -> None:
+    assert literal_kinds(sorted(PACKAGE.rglob("*.py"))) == set(KINDS)
+
+
+def test_every_kind_a_detector_reports_has_its_alert_and_runbook_section() -> None:
+    """The detectors report the kinds with a runbook section (and so an alert), ``analyze``
+    the rest."""
+    alerted = {kind for kind, spec in KINDS.items() if spec.runbook is not None}
+    assert literal_kinds(sorted(DETECT.rglob("*.py"))) == alerted
