@@ -9,6 +9,9 @@ from pathlib import Path
 
 import driftwatch
 from driftwatch.findings import KINDS, Finding
+from driftwatch.report.build import _PANELS
+from driftwatch.series import SERIES, WATCHED
+from driftwatch.view import _SUMMARY_LINES, _VIEW_ROWS
 
 PACKAGE = Path(driftwatch.__file__).parent
 DETECT = PACKAGE / "detect"
@@ -93,3 +96,14 @@ def test_every_kind_a_detector_reports_has_its_alert_and_runbook_section() -> No
     the rest."""
     alerted = {kind for kind, spec in KINDS.items() if spec.runbook is not None}
     assert literal_kinds(sorted(DETECT.rglob("*.py"))) == alerted
+
+
+def test_every_watched_signal_is_a_series_and_shown_where_its_row_says() -> None:
+    for series, watched in WATCHED.items():
+        assert {series, *watched.also} <= set(SERIES), series
+        assert watched.view or watched.summary or watched.panel, series
+    assert set(_VIEW_ROWS) == {s for s, w in WATCHED.items() if w.view is not None}
+    assert set(_SUMMARY_LINES) == {s for s, w in WATCHED.items() if w.summary is not None}
+    assert set(_PANELS) == {s for s, w in WATCHED.items() if w.panel is not None}
+    ranks = [w.panel_rank for w in WATCHED.values() if w.panel is not None]
+    assert len(set(ranks)) == len(ranks), "two panels share a place in the report"

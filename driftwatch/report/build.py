@@ -1,16 +1,17 @@
-"""A run's report from its history: panels of the signals a person looks at, each with its
-trend or projection, summaries of every series, and the findings."""
+"""A run's report from its history: panels of the signals a person looks at (``WATCHED``),
+each with its trend or projection, summaries of every series, and the findings."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
 from driftwatch.detect.stats import theil_sen
 from driftwatch.history import HistoryReader, StoredBucket
 from driftwatch.report.model import Line, Panel, Point, Report, SeriesSummary, Trend
-from driftwatch.series import Labels, SeriesKey
+from driftwatch.series import WATCHED, Labels, SeriesKey
 from driftwatch.units import human_bytes, human_seconds
 
 MAX_POINTS = 1000
@@ -145,40 +146,73 @@ def _last_mean(buckets: list[StoredBucket] | None) -> float | None:
     return values[-1] if values else None
 
 
-def _panels(series: dict[SeriesKey, list[StoredBucket]]) -> list[Panel]:
-    """The signals a person looks at first, in that order; those the run lacks are left out."""
+Buckets = dict[SeriesKey, list[StoredBucket]]
 
-    def labelled(name: str) -> list[tuple[Labels, list[StoredBucket]]]:
-        return [(key[1], b) for key, b in sorted(series.items()) if key[0] == name and b]
 
-    panels: list[Panel] = []
+def _panels(series: Buckets) -> list[Panel]:
+    """The signals a person looks at first (``WATCHED``), in the report's order; those the run
+    lacks are left out."""
+    shown = sorted((w.panel_rank, name, w.panel) for name, w in WATCHED.items() if w.panel)
+    return [panel for _, name, title in shown for panel in _PANELS[name](series, title)]
+
+
+def _labelled(series: Buckets, name: str) -> list[tuple[Labels, list[StoredBucket]]]:
+    return [(key[1], b) for key, b in sorted(series.items()) if key[0] == name and b]
+
+
+def _step_panels(series: Buckets, title: str) -> list[Panel]:
     steps = series.get(("step_seconds", ()))
-    if steps:
-        panels.append(Panel("Step time", "seconds", [_step_line(steps)]))
-    memory = []
+    return [Panel(title, "seconds", [_step_line(steps)])] if steps else []
+
+
+def _rss_panels(series: Buckets, title: str) -> list[Panel]:
     rss = series.get(("rss_bytes", ()))
-    if rss:
-        memory.append(_memory_line("RSS", rss, _last_mean(series.get(("memory_limit_bytes", ())))))
-    for labels, buckets in labelled("tf_allocator_current_bytes"):
-        memory.append(_memory_line(f"TF {dict(labels)['device']}", buckets, None))
-    for labels, buckets in labelled("gpu_process_memory_bytes"):
+    if not rss:
+        return []
+    limit = _last_mean(series.get(("memory_limit_bytes", ())))
+    return [Panel(title, "bytes", [_memory_line("RSS", rss, limit)])]
+
+
+def _tf_memory_panels(series: Buckets, title: str) -> list[Panel]:
+    return [
+        Panel(
+            title.format(**dict(labels)),
+            "bytes",
+            [_memory_line(f"TF {dict(labels)['device']}", buckets, None)],
+        )
+        for labels, buckets in _labelled(series, "tf_allocator_current_bytes")
+    ]
+
+
+def _gpu_memory_panels(series: Buckets, title: str) -> list[Panel]:
+    panels = []
+    for labels, buckets in _labelled(series, "gpu_process_memory_bytes"):
         total = _last_mean(series.get(("gpu_memory_total_bytes", labels)))
-        memory.append(_memory_line(f"GPU {dict(labels)['gpu']}", buckets, total))
-    panels.extend(Panel(f"Memory: {line.label}", "bytes", [line]) for line in memory)
+        line = _memory_line(f"GPU {dict(labels)['gpu']}", buckets, total)
+        panels.append(Panel(title.format(**dict(labels)), "bytes", [line]))
+    return panels
+
+
+def _event_file_panels(series: Buckets, title: str) -> list[Panel]:
     files = [
         _plain_line(label, series[(name, ())])
         for name, label in (("event_file_bytes", "all"), ("event_file_largest_bytes", "largest"))
         if series.get((name, ()))
     ]
-    if files:
-        panels.append(Panel("Event files", "bytes", files))
+    return [Panel(title, "bytes", files)] if files else []
+
+
+def _upload_panels(series: Buckets, title: str) -> list[Panel]:
     uploads = series.get(("nondisk_write_bytes", ()))
-    if uploads:
-        panels.append(
-            Panel(
-                "Uploads and other non-disk writes",
-                "bytes",
-                [_memory_line("written", uploads, None)],
-            )
-        )
-    return panels
+    return [Panel(title, "bytes", [_memory_line("written", uploads, None)])] if uploads else []
+
+
+_PANELS: dict[str, Callable[[Buckets, str], list[Panel]]] = {
+    "step_seconds": _step_panels,
+    "rss_bytes": _rss_panels,
+    "tf_allocator_current_bytes": _tf_memory_panels,
+    "gpu_process_memory_bytes": _gpu_memory_panels,
+    "event_file_bytes": _event_file_panels,
+    "nondisk_write_bytes": _upload_panels,
+}
+"""How the report draws each signal of ``WATCHED`` that has a panel."""
