@@ -8,7 +8,7 @@ import dataclasses
 from pathlib import Path
 
 import driftwatch
-from driftwatch.findings import KINDS, Finding
+from driftwatch.findings import KINDS, Finding, Severity
 from driftwatch.report.build import _PANELS
 from driftwatch.series import SERIES, WATCHED
 from driftwatch.view import _SUMMARY_LINES, _VIEW_ROWS
@@ -96,6 +96,28 @@ def test_every_kind_a_detector_reports_has_its_alert_and_runbook_section() -> No
     the rest."""
     alerted = {kind for kind, spec in KINDS.items() if spec.runbook is not None}
     assert literal_kinds(sorted(DETECT.rglob("*.py"))) == alerted
+
+
+def literal_severities(paths: list[Path]) -> dict[str, set[Severity]]:
+    """The severities written out in ``Finding`` calls that name their kind, by kind."""
+    found: dict[str, set[Severity]] = {}
+    for path in paths:
+        for call in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(call, ast.Call) and _callee(call, None, {}) == "Finding"):
+                continue
+            arguments = dict(zip(("kind", "severity"), call.args, strict=False))
+            arguments.update((kw.arg, kw.value) for kw in call.keywords if kw.arg)
+            kind, severity = _str(arguments.get("kind")), arguments.get("severity")
+            if kind is not None and isinstance(severity, ast.Attribute):
+                found.setdefault(kind, set()).add(Severity[severity.attr])
+    return found
+
+
+def test_the_default_severity_is_the_least_a_kind_is_written_out_with() -> None:
+    found = literal_severities(sorted(PACKAGE.rglob("*.py")))
+    assert len(found) >= 5, found  # the scan still sees the sources' findings
+    for kind, severities in found.items():
+        assert KINDS[kind].severity == min(severities, key=lambda s: s.rank), kind
 
 
 def test_every_watched_signal_is_a_series_and_shown_where_its_row_says() -> None:
