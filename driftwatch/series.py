@@ -207,28 +207,40 @@ class Watched:
 
 
 WATCHED: dict[str, Watched] = {
-    "rss_bytes": Watched("RSS", "RSS", "Memory: RSS", 1, ("memory_limit_bytes",)),
-    "cpu_seconds": Watched("CPU"),
-    "threads": Watched("threads / fds", also=("open_fds",)),
+    "rss_bytes": Watched(
+        view="RSS",
+        summary="RSS",
+        panel="Memory: RSS",
+        panel_rank=1,
+        also=("memory_limit_bytes",),
+    ),
+    "cpu_seconds": Watched(view="CPU"),
+    "threads": Watched(view="threads / fds", also=("open_fds",)),
     "gpu_process_memory_bytes": Watched(
-        "GPU {gpu} memory",
+        view="GPU {gpu} memory",
         panel="Memory: GPU {gpu}",
         panel_rank=3,
         also=("gpu_memory_total_bytes",),
     ),
     "event_file_bytes": Watched(
-        "event files", "event files", "Event files", 4, ("event_files", "event_file_largest_bytes")
+        view="event files",
+        summary="event files",
+        panel="Event files",
+        panel_rank=4,
+        also=("event_files", "event_file_largest_bytes"),
     ),
-    "step_seconds": Watched("step", "steps", "Step time", 0, ("train_step",)),
-    "step_gap_seconds": Watched("outside the step", also=("step_seconds",)),
+    "step_seconds": Watched(
+        view="step", summary="steps", panel="Step time", panel_rank=0, also=("train_step",)
+    ),
+    "step_gap_seconds": Watched(view="outside the step", also=("step_seconds",)),
     "tf_allocator_current_bytes": Watched(
-        "TF memory {device}",
+        view="TF memory {device}",
         panel="Memory: TF {device}",
         panel_rank=2,
         also=("tf_allocator_peak_bytes",),
     ),
-    "tracing_count": Watched("tf.function", also=("retracing_warnings_total",)),
-    "nonfinite_total": Watched("non-finite values", also=("hook_nonfinite_total",)),
+    "tracing_count": Watched(view="tf.function", also=("retracing_warnings_total",)),
+    "nonfinite_total": Watched(view="non-finite values", also=("hook_nonfinite_total",)),
     "nondisk_write_bytes": Watched(panel="Uploads and other non-disk writes", panel_rank=5),
 }
 """The signals a person looks at, keyed by the series each is about, in the live view's order."""
