@@ -54,23 +54,29 @@ def _callee(call: ast.Call, cls: ast.ClassDef | None, positions: dict[str, int])
     return None
 
 
+def _calls_finding(tree: ast.Module) -> bool:
+    return any(
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Finding"
+        for node in ast.walk(tree)
+    )
+
+
 def literal_kinds(paths: list[Path]) -> set[str]:
-    """The kinds named in the sources of the modules that make findings: string literals
-    given to ``Finding`` or to a ``kind`` parameter, or assigned to a variable ``kind``."""
-    trees = [ast.parse(path.read_text()) for path in paths]
+    """The kinds named in the sources of the detectors and of the other modules that make
+    findings: string literals given to ``Finding`` or to a ``kind`` parameter (a detector
+    built for one kind), or assigned to a variable ``kind``."""
+    parsed = {path: ast.parse(path.read_text()) for path in paths}
+    trees = [t for p, t in parsed.items() if p.is_relative_to(DETECT) or _calls_finding(t)]
     positions = _kind_positions(trees)
     kinds: set[str] = set()
     for tree in trees:
-        calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
-        if not any(isinstance(c.func, ast.Name) and c.func.id == "Finding" for c in calls):
-            continue
         owner = {
             id(call): cls
             for cls in (node for node in ast.walk(tree) if isinstance(node, ast.ClassDef))
             for call in ast.walk(cls)
             if isinstance(call, ast.Call)
         }
-        for call in calls:
+        for call in (node for node in ast.walk(tree) if isinstance(node, ast.Call)):
             callee = _callee(call, owner.get(id(call)), positions)
             if callee not in positions:
                 continue
