@@ -30,10 +30,10 @@ from driftwatch.options import (
     serve_options,
     watch_options,
 )
-from driftwatch.report import build as build_report
-from driftwatch.report import to_json as report_json
-from driftwatch.report import to_text as report_text
+from driftwatch.report.build import build as build_report
 from driftwatch.report.html import render as render_html
+from driftwatch.report.json import to_json as report_json
+from driftwatch.report.text import to_text as report_text
 from driftwatch.session import (
     Session,
     SessionOptions,

@@ -1,4 +1,8 @@
-"""What driftwatch says when a run goes bad: a kind, a severity, since when, and evidence."""
+"""What driftwatch says when a run goes bad: a kind, a severity, since when, and evidence.
+
+``KINDS`` is the table of the kinds of finding, as ``SERIES`` is of the series: a detector
+that reports a new kind adds a row here, with its alert and runbook section.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +24,47 @@ class Severity(enum.Enum):
 
 
 _RANKS = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
+
+
+@dataclass(frozen=True, slots=True)
+class KindSpec:
+    """What a kind of finding is called and where a person reads what to do about it."""
+
+    title: str
+    severity: Severity  # the severity it is reported at unless its evidence raises it
+    runbook: str | None  # anchor of its section in docs/runbook.md: its alert's name, lowercased
+
+
+KINDS: dict[str, KindSpec] = {
+    "gradual_slowdown": KindSpec("Gradual slowdown", Severity.WARNING, "driftwatchgradualslowdown"),
+    "abrupt_slowdown": KindSpec("Abrupt slowdown", Severity.WARNING, "driftwatchabruptslowdown"),
+    "periodic_stall": KindSpec("Periodic stalls", Severity.INFO, "driftwatchperiodicstall"),
+    "slow_callbacks": KindSpec(
+        "Time outside the train step", Severity.WARNING, "driftwatchslowcallbacks"
+    ),
+    "host_memory_drift": KindSpec(
+        "Host memory drift", Severity.WARNING, "driftwatchhostmemorydrift"
+    ),
+    "tf_memory_drift": KindSpec(
+        "TensorFlow allocator memory drift", Severity.WARNING, "driftwatchtfmemorydrift"
+    ),
+    "gpu_memory_drift": KindSpec("GPU memory drift", Severity.WARNING, "driftwatchgpumemorydrift"),
+    "memory_step": KindSpec("One-off memory step", Severity.INFO, "driftwatchmemorystep"),
+    "event_file_growth": KindSpec(
+        "Event-file bytes per step growing", Severity.WARNING, "driftwatcheventfilegrowth"
+    ),
+    "upload_growth": KindSpec(
+        "Uploads per step growing", Severity.WARNING, "driftwatchuploadgrowth"
+    ),
+    "event_file_unrotated": KindSpec(
+        "Event file never rotated", Severity.WARNING, "driftwatcheventfileunrotated"
+    ),
+    "nonfinite": KindSpec("Non-finite values", Severity.CRITICAL, "driftwatchnonfinite"),
+    "stalled": KindSpec("No training steps", Severity.WARNING, "driftwatchstalled"),
+    # Stated by ``driftwatch analyze`` only, never live: no alert, no runbook section.
+    "recording_gap": KindSpec("Gap in the recording", Severity.INFO, None),
+}
+"""Every kind of finding driftwatch reports: the detectors' and ``analyze``'s own."""
 
 Diagnosis = tuple[Severity, frozenset[tuple[str, str]]]
 """A finding's severity and the evidence that names things, such as a leak's class."""

@@ -3,7 +3,8 @@
 A ``Sample`` names its series by the table's key (``rss_bytes``, ``step_seconds``, ...), the
 same names a recorded samples file and ``driftwatch analyze`` use. The exporter derives every
 Prometheus metric from this table; adding a signal means adding a row here and a source that
-emits it.
+emits it. ``WATCHED`` lists the signals a person looks at: the live view's rows, the summary
+at the end of monitoring and the panels of ``driftwatch report``.
 """
 
 from __future__ import annotations
@@ -191,6 +192,58 @@ SERIES: dict[str, SeriesSpec] = {
         Kind.COUNTER,
     ),
 }
+
+
+@dataclass(frozen=True, slots=True)
+class Watched:
+    """A signal a person looks at, and what each place that shows it calls it (``None``: not
+    shown there). Braces name the series' labels: ``GPU {gpu} memory``."""
+
+    view: str | None = None  # its rows in the live view and the plain progress line
+    summary: str | None = None  # its line in the summary printed when monitoring ends
+    panel: str | None = None  # the title of its panels in ``driftwatch report``
+    panel_rank: int = 0  # where its panels come among the report's, first to last
+    also: tuple[str, ...] = ()  # the other series its readings use (limits, totals, peaks)
+
+
+WATCHED: dict[str, Watched] = {
+    "rss_bytes": Watched(
+        view="RSS",
+        summary="RSS",
+        panel="Memory: RSS",
+        panel_rank=1,
+        also=("memory_limit_bytes",),
+    ),
+    "cpu_seconds": Watched(view="CPU"),
+    "threads": Watched(view="threads / fds", also=("open_fds",)),
+    "gpu_process_memory_bytes": Watched(
+        view="GPU {gpu} memory",
+        panel="Memory: GPU {gpu}",
+        panel_rank=3,
+        also=("gpu_memory_total_bytes",),
+    ),
+    "event_file_bytes": Watched(
+        view="event files",
+        summary="event files",
+        panel="Event files",
+        panel_rank=4,
+        also=("event_files", "event_file_largest_bytes"),
+    ),
+    "step_seconds": Watched(
+        view="step", summary="steps", panel="Step time", panel_rank=0, also=("train_step",)
+    ),
+    "step_gap_seconds": Watched(view="outside the step", also=("step_seconds",)),
+    "tf_allocator_current_bytes": Watched(
+        view="TF memory {device}",
+        panel="Memory: TF {device}",
+        panel_rank=2,
+        also=("tf_allocator_peak_bytes",),
+    ),
+    "tracing_count": Watched(view="tf.function", also=("retracing_warnings_total",)),
+    "nonfinite_total": Watched(view="non-finite values", also=("hook_nonfinite_total",)),
+    "nondisk_write_bytes": Watched(panel="Uploads and other non-disk writes", panel_rank=5),
+}
+"""The signals a person looks at, keyed by the series each is about, in the live view's order."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from rich.table import Table
 
 from driftwatch.findings import Finding, Severity
 from driftwatch.monitor import Snapshot
-from driftwatch.series import Labels
+from driftwatch.series import WATCHED, Labels
 from driftwatch.store import SeriesHistory, Store
 from driftwatch.units import clock, human_bytes, human_seconds
 
@@ -54,68 +54,118 @@ class _Reader:
         return sorted(labels for name, labels in self.snapshot.values if name == series)
 
 
+Row = tuple[str, str]
+
+
 def signal_rows(snapshot: Snapshot, store: Store) -> list[tuple[str, str]]:
-    """(signal, reading) pairs shown by both the live view and the plain line."""
+    """(signal, reading) pairs shown by both the live view and the plain line: the rows of
+    ``WATCHED`` that have a reading, in its order."""
     r = _Reader(snapshot, store)
-    # RSS is noisy during warm-up: project it only from a minute of data. Event files only
-    # grow, so their projection is honest from the second sample on.
-    rss_rate = rate_per_second(r.history("rss_bytes"), min_span=60.0) * 3600
-    cpu = rate_per_second(r.history("cpu_seconds"), window=30.0, min_span=0.5) * 100
-    rows = [
-        ("RSS", f"{human_bytes(r.value('rss_bytes'))} ({human_bytes(rss_rate)}/h)"),
-        ("CPU", f"{cpu:.0f}%" if math.isfinite(cpu) else "-"),
-        ("threads / fds", f"{r.value('threads'):.0f} / {r.value('open_fds'):.0f}"),
+    return [
+        row
+        for series, watched in WATCHED.items()
+        if watched.view is not None
+        for row in _VIEW_ROWS[series](r, watched.view)
     ]
+
+
+def _rss_rows(r: _Reader, label: str) -> list[Row]:
+    # RSS is noisy during warm-up: project it only from a minute of data.
+    rate = rate_per_second(r.history("rss_bytes"), min_span=60.0) * 3600
+    return [(label, f"{human_bytes(r.value('rss_bytes'))} ({human_bytes(rate)}/h)")]
+
+
+def _cpu_rows(r: _Reader, label: str) -> list[Row]:
+    cpu = rate_per_second(r.history("cpu_seconds"), window=30.0, min_span=0.5) * 100
+    return [(label, f"{cpu:.0f}%" if math.isfinite(cpu) else "-")]
+
+
+def _thread_rows(r: _Reader, label: str) -> list[Row]:
+    return [(label, f"{r.value('threads'):.0f} / {r.value('open_fds'):.0f}")]
+
+
+def _gpu_memory_rows(r: _Reader, label: str) -> list[Row]:
+    rows = []
     for labels in r.labels_of("gpu_process_memory_bytes"):
-        gpu = dict(labels)["gpu"]
         used = r.value("gpu_process_memory_bytes", labels)
         total = r.value("gpu_memory_total_bytes", labels)
-        rows.append((f"GPU {gpu} memory", f"{human_bytes(used)} of {human_bytes(total)}"))
+        rows.append((label.format(**dict(labels)), f"{human_bytes(used)} of {human_bytes(total)}"))
+    return rows
+
+
+def _event_file_rows(r: _Reader, label: str) -> list[Row]:
     files = r.value("event_files")
-    if math.isfinite(files):
-        growth = rate_per_second(r.history("event_file_bytes"), min_span=0.0) * 3600
-        rows.append(
-            (
-                "event files",
-                f"{files:.0f} files, {human_bytes(r.value('event_file_bytes'))} "
-                f"({human_bytes(growth)}/h), largest "
-                f"{human_bytes(r.value('event_file_largest_bytes'))}",
-            )
-        )
+    if not math.isfinite(files):
+        return []
+    # Event files only grow, so their projection is honest from the second sample on.
+    growth = rate_per_second(r.history("event_file_bytes"), min_span=0.0) * 3600
+    reading = (
+        f"{files:.0f} files, {human_bytes(r.value('event_file_bytes'))} "
+        f"({human_bytes(growth)}/h), largest "
+        f"{human_bytes(r.value('event_file_largest_bytes'))}"
+    )
+    return [(label, reading)]
+
+
+def _step_rows(r: _Reader, label: str) -> list[Row]:
+    if not math.isfinite(r.value("train_step")):
+        return []
     step_seconds = r.value("step_seconds")
-    if math.isfinite(r.value("train_step")):
-        rate = 1 / step_seconds if step_seconds > 0 else math.nan
-        rows.append(
-            (
-                "step",
-                f"{r.value('train_step'):.0f}, {human_seconds(step_seconds)}/step "
-                f"({rate:.1f} steps/s)",
-            )
+    rate = 1 / step_seconds if step_seconds > 0 else math.nan
+    reading = (
+        f"{r.value('train_step'):.0f}, {human_seconds(step_seconds)}/step ({rate:.1f} steps/s)"
+    )
+    return [(label, reading)]
+
+
+def _gap_rows(r: _Reader, label: str) -> list[Row]:
+    gap, step_seconds = r.value("step_gap_seconds"), r.value("step_seconds")
+    if not (math.isfinite(gap) and step_seconds > 0):
+        return []
+    return [(label, f"{human_seconds(gap)}/step ({gap / step_seconds:.0%})")]
+
+
+def _tf_memory_rows(r: _Reader, label: str) -> list[Row]:
+    return [
+        (
+            label.format(**dict(labels)),
+            f"{human_bytes(r.value('tf_allocator_current_bytes', labels))} "
+            f"(peak {human_bytes(r.value('tf_allocator_peak_bytes', labels))})",
         )
-    gap = r.value("step_gap_seconds")
-    if math.isfinite(gap) and step_seconds > 0:
-        rows.append(("outside the step", f"{human_seconds(gap)}/step ({gap / step_seconds:.0%})"))
-    for labels in r.labels_of("tf_allocator_current_bytes"):
-        device = dict(labels)["device"]
-        rows.append(
-            (
-                f"TF memory {device}",
-                f"{human_bytes(r.value('tf_allocator_current_bytes', labels))} "
-                f"(peak {human_bytes(r.value('tf_allocator_peak_bytes', labels))})",
-            )
-        )
+        for labels in r.labels_of("tf_allocator_current_bytes")
+    ]
+
+
+def _tracing_rows(r: _Reader, label: str) -> list[Row]:
     traces = r.value("tracing_count")
     warnings = r.value("retracing_warnings_total")
-    if math.isfinite(traces) or (math.isfinite(warnings) and warnings > 0):
-        shown = [f"{traces:.0f} traces"] if math.isfinite(traces) else []
-        if math.isfinite(warnings) and warnings > 0:
-            shown.append(f"{warnings:.0f} retracing warnings")
-        rows.append(("tf.function", ", ".join(shown)))
+    if not (math.isfinite(traces) or (math.isfinite(warnings) and warnings > 0)):
+        return []
+    shown = [f"{traces:.0f} traces"] if math.isfinite(traces) else []
+    if math.isfinite(warnings) and warnings > 0:
+        shown.append(f"{warnings:.0f} retracing warnings")
+    return [(label, ", ".join(shown))]
+
+
+def _nonfinite_rows(r: _Reader, label: str) -> list[Row]:
     counts = [r.value(s) for s in ("nonfinite_total", "hook_nonfinite_total")]
     nonfinite = max((c for c in counts if math.isfinite(c)), default=0.0)
-    if nonfinite > 0:
-        rows.append(("non-finite values", f"{nonfinite:.0f}"))
-    return rows
+    return [(label, f"{nonfinite:.0f}")] if nonfinite > 0 else []
+
+
+_VIEW_ROWS: dict[str, Callable[[_Reader, str], list[Row]]] = {
+    "rss_bytes": _rss_rows,
+    "cpu_seconds": _cpu_rows,
+    "threads": _thread_rows,
+    "gpu_process_memory_bytes": _gpu_memory_rows,
+    "event_file_bytes": _event_file_rows,
+    "step_seconds": _step_rows,
+    "step_gap_seconds": _gap_rows,
+    "tf_allocator_current_bytes": _tf_memory_rows,
+    "tracing_count": _tracing_rows,
+    "nonfinite_total": _nonfinite_rows,
+}
+"""How the live view reads each signal of ``WATCHED`` it shows: none, one or more rows."""
 
 
 def live_table(snapshot: Snapshot, store: Store, listen_url: str | None) -> Table:
@@ -153,23 +203,9 @@ def summary(
         f"driftwatch: monitoring of {snapshot.run} (pid {snapshot.target.pid}) stopped: {reason}",
         f"  watched for {human_seconds(snapshot.t - started)}, {snapshot.ticks} samples",
     ]
-    rss = r.history("rss_bytes")
-    if rss is not None and rss.first is not None:
-        lines.append(
-            f"  RSS: {human_bytes(rss.first[1])} at start, peak {human_bytes(rss.peak)}, "
-            f"{human_bytes(r.value('rss_bytes'))} at the end"
-        )
-    events = r.history("event_file_bytes")
-    if events is not None and events.first is not None:
-        lines.append(
-            f"  event files: {human_bytes(events.first[1])} -> "
-            f"{human_bytes(r.value('event_file_bytes'))} in {r.value('event_files'):.0f} file(s)"
-        )
-    if math.isfinite(r.value("train_step")):
-        lines.append(
-            f"  steps: last step {r.value('train_step'):.0f}, "
-            f"recent median {human_seconds(r.value('step_seconds'))}/step"
-        )
+    for series, watched in WATCHED.items():
+        if watched.summary is not None:
+            lines.extend(f"  {line}" for line in _SUMMARY_LINES[series](r, watched.summary))
     findings = list(findings)
     if findings:
         lines.append("  findings:")
@@ -177,3 +213,40 @@ def summary(
     else:
         lines.append("  findings: none")
     return "\n".join(lines)
+
+
+def _rss_summary(r: _Reader, label: str) -> list[str]:
+    rss = r.history("rss_bytes")
+    if rss is None or rss.first is None:
+        return []
+    return [
+        f"{label}: {human_bytes(rss.first[1])} at start, peak {human_bytes(rss.peak)}, "
+        f"{human_bytes(r.value('rss_bytes'))} at the end"
+    ]
+
+
+def _event_file_summary(r: _Reader, label: str) -> list[str]:
+    events = r.history("event_file_bytes")
+    if events is None or events.first is None:
+        return []
+    return [
+        f"{label}: {human_bytes(events.first[1])} -> "
+        f"{human_bytes(r.value('event_file_bytes'))} in {r.value('event_files'):.0f} file(s)"
+    ]
+
+
+def _step_summary(r: _Reader, label: str) -> list[str]:
+    if not math.isfinite(r.value("train_step")):
+        return []
+    return [
+        f"{label}: last step {r.value('train_step'):.0f}, "
+        f"recent median {human_seconds(r.value('step_seconds'))}/step"
+    ]
+
+
+_SUMMARY_LINES: dict[str, Callable[[_Reader, str], list[str]]] = {
+    "rss_bytes": _rss_summary,
+    "event_file_bytes": _event_file_summary,
+    "step_seconds": _step_summary,
+}
+"""How the summary reads each signal of ``WATCHED`` it shows: none, one or more lines."""

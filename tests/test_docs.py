@@ -1,8 +1,12 @@
-"""The README's series table is the user-facing copy of ``SERIES``: keep them in step."""
+"""The README's series table is the user-facing copy of ``SERIES``, its findings section and
+the runbook that of ``KINDS``: keep them in step."""
 
 from __future__ import annotations
 
+import re
+
 from driftwatch.demo import examples
+from driftwatch.findings import KINDS
 from driftwatch.series import SERIES
 from tests.conftest import REPO
 
@@ -11,6 +15,21 @@ def test_readme_documents_every_series_and_metric() -> None:
     readme = (REPO / "README.md").read_text()
     for series, spec in SERIES.items():
         assert f"| `{series}` | `{spec.metric}" in readme, series
+
+
+def test_readme_findings_section_names_every_kind() -> None:
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("\n## Findings\n") :]
+    section = section[: section.index("\n## ", 1)]
+    for kind in KINDS:
+        assert f"`{kind}`" in section, kind
+
+
+def test_runbook_has_the_section_of_every_kind() -> None:
+    runbook = (REPO / "docs" / "runbook.md").read_text()
+    headings = {h.strip().lower() for h in re.findall(r"^## (.+)$", runbook, re.MULTILINE)}
+    for kind, spec in KINDS.items():
+        assert spec.runbook is None or spec.runbook in headings, kind
 
 
 def test_ci_runs_the_readme_test_command() -> None:

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from driftwatch.findings import KINDS
 from driftwatch.history import History
 from driftwatch.report.html import LINE_COLOURS
 from tests import synthetic_run
@@ -75,6 +76,14 @@ def test_an_empty_history_is_one_clear_error(tmp_path: Path) -> None:
     empty = tmp_path / "empty.db"
     History(empty).close()
     assert_one_line_error(run_cli("report", "--db", str(empty)), "holds no runs yet")
+
+
+def test_html_findings_carry_the_title_of_their_kind(db: Path, tmp_path: Path) -> None:
+    page = tmp_path / "report.html"
+    assert run_cli("report", "--db", str(db), "--html", str(page)).returncode == 0
+    html = page.read_text()
+    for kind in ("host_memory_drift", "abrupt_slowdown"):
+        assert f'<td title="{KINDS[kind].title}">{kind}</td>' in html
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from driftwatch import bundle
+from driftwatch.findings import KINDS
 from tests.conftest import REPO
 from tests.metric_names import exported, recorded, referenced, rules
 
@@ -20,22 +21,8 @@ RULE_TESTS = PROMETHEUS_DIR / "driftwatch.rules.test.yml"
 RUNBOOK = REPO / "docs" / "runbook.md"
 RUNBOOK_URL = "https://github.com/driftwatch/driftwatch/blob/main/docs/runbook.md#"
 
-FINDING_KINDS = {
-    "gradual_slowdown",
-    "abrupt_slowdown",
-    "periodic_stall",
-    "slow_callbacks",
-    "host_memory_drift",
-    "tf_memory_drift",
-    "gpu_memory_drift",
-    "memory_step",
-    "event_file_growth",
-    "upload_growth",
-    "event_file_unrotated",
-    "nonfinite",
-    "stalled",
-}
-"""Every kind of finding the detectors emit (README, Findings)."""
+FINDING_KINDS = {kind for kind, spec in KINDS.items() if spec.runbook is not None}
+"""Every kind of finding reported live, each with its alert and runbook section (``KINDS``)."""
 
 ALERTS = [rule for rule in rules() if "alert" in rule]
 
@@ -79,6 +66,14 @@ def test_every_finding_kind_has_its_alert() -> None:
         if (match := re.fullmatch(r'driftwatch_finding_active\{kind="(\w+)"\} == 1', alert["expr"]))
     }
     assert alerted == FINDING_KINDS
+
+
+def test_each_finding_alert_links_the_runbook_section_of_its_kind() -> None:
+    for alert in ALERTS:
+        match = re.fullmatch(r'driftwatch_finding_active\{kind="(\w+)"\} == 1', alert["expr"])
+        if match is not None:
+            anchor = KINDS[match.group(1)].runbook
+            assert alert["annotations"]["runbook_url"] == RUNBOOK_URL + str(anchor), alert["alert"]
 
 
 @pytest.mark.parametrize("alert", ALERTS, ids=lambda alert: alert["alert"])

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from html import escape
 
 from driftwatch import __version__
-from driftwatch.findings import Severity
+from driftwatch.findings import KINDS, Severity
 from driftwatch.history import StoredFinding
-from driftwatch.report import Line, Panel, Report
+from driftwatch.report.model import Line, Panel, Report
 from driftwatch.units import human_seconds, local_time
 
 WIDTH, HEIGHT = 880, 240
@@ -124,13 +124,20 @@ def _findings_table(findings: list[StoredFinding]) -> str:
         evidence = ", ".join(f"{escape(k)} {escape(_evidence(v))}" for k, v in f.evidence.items())
         rows.append(
             f"<tr><td>{_number(index, f.severity)}</td><td>{_chip(f.severity)}</td>"
-            f"<td>{escape(f.kind)}</td><td>{local_time(f.since)}<br>"
+            f"<td{_kind_title(f.kind)}>{escape(f.kind)}</td><td>{local_time(f.since)}<br>"
             f'<span class="ev">seen {local_time(f.first_seen)}<br>to {local_time(f.last_seen)}'
             f"</span></td><td>{escape(f.message)}"
             f'<div class="ev">{evidence}</div></td></tr>'
         )
     rows.append("</table></div>")
     return "\n".join(rows)
+
+
+def _kind_title(kind: str) -> str:
+    """The kind's title (``KINDS``) as the cell's hover text; none for a kind this version
+    does not know (a history written by another)."""
+    spec = KINDS.get(kind)
+    return f' title="{escape(spec.title)}"' if spec is not None else ""
 
 
 def _evidence(value: float | str) -> str:

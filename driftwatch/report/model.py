@@ -1,0 +1,99 @@
+"""The report's model: a run's panels (plotted lines with their trends), summaries of its
+series and its findings, as ``build`` makes them and the renderings format them."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from driftwatch.history import RunRecord, StoredFinding
+from driftwatch.series import Labels
+from driftwatch.units import human_bytes, human_seconds
+
+Point = tuple[float, float]
+
+
+@dataclass(frozen=True, slots=True)
+class Trend:
+    """A straight line ``value = slope * t + intercept`` fitted over ``[start, end]``."""
+
+    slope: float  # units per second
+    intercept: float
+    start: float
+    end: float
+    until: float  # where the drawn line stops: ``end``, or later for a projection
+
+    def at(self, t: float) -> float:
+        return self.slope * t + self.intercept
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    label: str
+    segments: list[list[Point]]  # bucket means at bucket centres; NaN: a bucket had none
+    trend: Trend | None = None
+    limit: float | None = None  # the value the projection runs into, when it does in view
+    note: str = ""  # the trend or projection in words
+
+    @property
+    def points(self) -> list[Point]:
+        return [point for segment in self.segments for point in segment]
+
+
+@dataclass(frozen=True, slots=True)
+class Panel:
+    title: str
+    unit: str  # "bytes" or "seconds"
+    lines: list[Line]
+
+    def format(self, value: float) -> str:
+        return FORMATS[self.unit](value)
+
+
+FORMATS: dict[str, Callable[[float], str]] = {"bytes": human_bytes, "seconds": human_seconds}
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesSummary:
+    series: str
+    labels: Labels
+    first: Point
+    last: Point
+    min: float
+    max: float
+    mean: float
+    buckets: int
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "series": self.series,
+            "labels": dict(self.labels),
+            "first": {"t": self.first[0], "value": _finite(self.first[1])},
+            "last": {"t": self.last[0], "value": _finite(self.last[1])},
+            "min": _finite(self.min),
+            "max": _finite(self.max),
+            "mean": _finite(self.mean),
+            "buckets": self.buckets,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    db: str
+    run: RunRecord
+    panels: list[Panel]
+    series: list[SeriesSummary]
+    findings: list[StoredFinding]
+
+    @property
+    def start(self) -> float:
+        return self.run.first_seen
+
+    @property
+    def end(self) -> float:
+        return self.run.last_seen
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None

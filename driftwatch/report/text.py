@@ -1,0 +1,42 @@
+"""``driftwatch report``'s text: a readable summary of a run for the terminal."""
+
+from __future__ import annotations
+
+import math
+
+from driftwatch.report.model import Report
+from driftwatch.units import human_seconds, local_time
+
+
+def to_text(report: Report) -> str:
+    """A readable summary for the terminal."""
+    run = report.run
+    lines = [
+        f"run {run.name} (#{run.id}): pid {run.pid} on {run.host}, user {run.user}",
+        f"  command: {' '.join(run.command)}",
+        f"  watched {local_time(report.start)} to {local_time(report.end)} "
+        f"({human_seconds(report.end - report.start)}); "
+        + (f"ended: {run.ended}" if run.ended else "monitoring did not end cleanly (killed?)"),
+    ]
+    for panel in report.panels:
+        for line in panel.lines:
+            finite = [v for _, v in line.points if math.isfinite(v)]
+            if not finite:
+                continue
+            reading = (
+                f"{panel.format(finite[0])} -> {panel.format(finite[-1])}, "
+                f"peak {panel.format(max(finite))}"
+            )
+            note = f"; {line.note}" if line.note else ""
+            name = panel.title if len(panel.lines) == 1 else f"{panel.title} ({line.label})"
+            lines.append(f"  {name}: {reading}{note}")
+    if report.findings:
+        lines.append("findings:")
+        for f in report.findings:
+            lines.append(
+                f"  [{f.severity.value}] {f.kind} since {local_time(f.since)} "
+                f"(seen {local_time(f.first_seen)} to {local_time(f.last_seen)}): {f.message}"
+            )
+    else:
+        lines.append("findings: none")
+    return "\n".join(lines)
