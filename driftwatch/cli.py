@@ -25,7 +25,7 @@ from rich.live import Live
 
 from driftwatch import __version__, bundle
 from driftwatch.analyze import analyze as analyze_path
-from driftwatch.channel import channel_path, remove_channel, runtime_dir
+from driftwatch.channel.paths import process_channel, remove_channel
 from driftwatch.daemon import Daemon, handling_signals, load_config
 from driftwatch.demo import DEFAULT_EXAMPLE, examples, find_example
 from driftwatch.detect.catalog import default_engine
@@ -360,9 +360,7 @@ def _run_job(
             return exit_code(child.returncode)
         child.wait()
     # The job is gone: its channel has no reader left to serve.
-    remove_channel(
-        channel_path(runtime_dir(env, target.info.uid), child.pid, target.info.create_time)
-    )
+    remove_channel(process_channel(child.pid, target.info.create_time, env, target.info.uid))
     ended = reason or "stopped"
     print(summary(monitor.snapshot, monitor.store, monitor.reported.values(), ended, started))
     return exit_code(child.returncode)

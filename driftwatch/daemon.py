@@ -24,7 +24,6 @@ after each tick.
 
 from __future__ import annotations
 
-import glob
 import logging
 import math
 import os
@@ -42,21 +41,20 @@ from typing import Any
 
 import psutil
 
-from driftwatch.channel import (
-    SHARED_DIR_ENV,
+from driftwatch.channel.env import RUN_ENV
+from driftwatch.channel.paths import (
     ChannelError,
-    ChannelReader,
+    channel_dirs,
     check_private_dir,
     list_channels,
-    read_meta,
     remove_channel,
-    writer_alive,
+    stamp,
 )
+from driftwatch.channel.ring import ChannelReader, read_meta, writer_alive
 from driftwatch.detect.catalog import default_engine
 from driftwatch.errors import TargetAccessDenied, TargetError, TargetGone, UsageError
 from driftwatch.findings import Finding
 from driftwatch.history import History
-from driftwatch.hook.autolog import RUN_ENV
 from driftwatch.monitor import Cadence, Monitor, Pacer, Snapshot, check_interval
 from driftwatch.pidns import find_process, start_ticks
 from driftwatch.sources import default_sources
@@ -79,7 +77,7 @@ ProcessScan = Callable[[], Iterable[tuple[int, float, str]]]
 
 
 def _key(pid: int, create_time: float) -> Key:
-    return pid, round(create_time * 100)
+    return pid, stamp(create_time)
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,22 +169,6 @@ def load_config(
         rules,
         config.channel_dirs,
     )
-
-
-def channel_dirs(extra: Sequence[Path], environ: dict[str, str] | None = None) -> list[Path]:
-    """Where hooked processes keep their channels: ``extra``, ``$DRIFTWATCH_RUNTIME_DIR``,
-    every user's directory in ``$DRIFTWATCH_SHARED_DIR``, and every user's default runtime
-    directories (``/tmp/driftwatch-UID``, ``/run/user/UID/driftwatch``)."""
-    environ = dict(os.environ) if environ is None else environ
-    found = [*extra]
-    if environ.get("DRIFTWATCH_RUNTIME_DIR"):
-        found.append(Path(environ["DRIFTWATCH_RUNTIME_DIR"]))
-    if environ.get(SHARED_DIR_ENV):
-        shared = glob.escape(environ[SHARED_DIR_ENV])
-        found += map(Path, sorted(glob.glob(f"{shared}/[0-9]*")))
-    found += map(Path, sorted(glob.glob("/tmp/driftwatch-[0-9]*")))
-    found += map(Path, sorted(glob.glob("/run/user/[0-9]*/driftwatch")))
-    return list(dict.fromkeys(found))
 
 
 def scan_processes() -> Iterator[tuple[int, float, str]]:

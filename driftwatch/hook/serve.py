@@ -10,7 +10,7 @@ import logging
 import os
 import threading
 
-from driftwatch.channel import ChannelWriter, NullWriter
+from driftwatch.channel.ring import ChannelWriter, NullWriter
 from driftwatch.detect.catalog import default_engine
 from driftwatch.errors import DriftwatchError
 from driftwatch.export.http import MetricsServer, TlsConfig, parse_listen
