@@ -56,7 +56,8 @@ from driftwatch import monitor
 from driftwatch.channel.paths import ensure_private_dir
 from driftwatch.channel.ring import ChannelWriter
 from driftwatch.channel.wire import SERIES_META, Kind
-from driftwatch.daemon import Daemon, load_config
+from driftwatch.daemon.agent import Daemon
+from driftwatch.daemon.config import load_config
 from driftwatch.findings import Finding
 from driftwatch.history import History
 from driftwatch.pidns import identify

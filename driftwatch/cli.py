@@ -26,7 +26,8 @@ from rich.live import Live
 from driftwatch import __version__, bundle
 from driftwatch.analyze import analyze as analyze_path
 from driftwatch.channel.paths import process_channel, remove_channel
-from driftwatch.daemon import Daemon, handling_signals, load_config
+from driftwatch.daemon.agent import Daemon, handling_signals
+from driftwatch.daemon.config import load_config
 from driftwatch.demo import DEFAULT_EXAMPLE, examples, find_example
 from driftwatch.detect.catalog import default_engine
 from driftwatch.doctor import run_checks

@@ -33,13 +33,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from driftwatch.channel.paths import channel_dirs, ensure_private_dir
 from driftwatch.channel.ring import ChannelWriter
 from driftwatch.channel.wire import SERIES_META, Kind
-from driftwatch.daemon import (
-    SCAN_EVERY_TICKS,
-    SWEEP_AFTER_SECONDS,
-    Config,
-    Daemon,
-    load_config,
-)
+from driftwatch.daemon.agent import Daemon
+from driftwatch.daemon.config import Config, load_config
+from driftwatch.daemon.discovery import SCAN_EVERY_TICKS, SWEEP_AFTER_SECONDS
 from driftwatch.errors import HistoryError, UsageError
 from driftwatch.history import HistoryReader, RunRecord
 from driftwatch.pidns import ProcessId, identify
