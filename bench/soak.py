@@ -53,11 +53,13 @@ from pathlib import Path
 import psutil
 
 from driftwatch import monitor
-from driftwatch.channel import ChannelWriter, ensure_private_dir
-from driftwatch.daemon import Daemon, load_config
+from driftwatch.channel.paths import ensure_private_dir
+from driftwatch.channel.ring import ChannelWriter
+from driftwatch.channel.wire import SERIES_META, Kind
+from driftwatch.daemon.agent import Daemon
+from driftwatch.daemon.config import load_config
 from driftwatch.findings import Finding
 from driftwatch.history import History
-from driftwatch.hook.protocol import SERIES_META, Kind
 from driftwatch.pidns import identify
 
 TARGETS = 8

@@ -16,7 +16,8 @@ import typer
 
 from driftwatch import __version__, bundle
 from driftwatch.analyze import analyze as analyze_path
-from driftwatch.daemon import Daemon, load_config
+from driftwatch.daemon.agent import Daemon
+from driftwatch.daemon.config import load_config
 from driftwatch.demo import DEFAULT_EXAMPLE, examples, find_example
 from driftwatch.doctor import run_checks
 from driftwatch.errors import DriftwatchError, UsageError

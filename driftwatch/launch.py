@@ -15,12 +15,11 @@ from pathlib import Path
 from types import FrameType
 from typing import IO
 
-import driftwatch.hook
+from driftwatch.channel.env import DISABLE_ENV, RUN_ENV
 from driftwatch.errors import UsageError
-from driftwatch.hook.autolog import DISABLE_ENV, RUN_ENV
 from driftwatch.series import Sample
 
-INJECT_DIR = Path(driftwatch.hook.__file__).parent / "inject"
+INJECT_DIR = Path(__file__).parent / "hook" / "inject"
 RETRACING_WARNING = re.compile(rb"triggered tf\.function retracing")
 DRAIN_SECONDS = 2.0
 """How long the end of a run waits for the rest of the job's stderr, in seconds."""

@@ -26,7 +26,7 @@ from typing import TextIO
 from rich.console import Console
 from rich.live import Live
 
-from driftwatch.channel import channel_path, remove_channel, runtime_dir
+from driftwatch.channel.paths import process_channel, remove_channel
 from driftwatch.detect.catalog import default_engine
 from driftwatch.errors import TargetGone, UsageError
 from driftwatch.export.http import MetricsServer
@@ -269,9 +269,7 @@ def watch_job(
             return exit_code(child.returncode)
         child.wait()
     # The job is gone: its channel has no reader left to serve.
-    remove_channel(
-        channel_path(runtime_dir(env, target.info.uid), child.pid, target.info.create_time)
-    )
+    remove_channel(process_channel(child.pid, target.info.create_time, env, target.info.uid))
     print_summary(watched, watched.ended or "stopped")
     return exit_code(child.returncode)
 

@@ -15,20 +15,22 @@ from pathlib import Path
 
 import pytest
 
-from driftwatch.channel import (
+from driftwatch.channel.paths import (
+    ChannelError,
+    channel_path,
+    ensure_private_dir,
+    list_channels,
+    runtime_dir,
+)
+from driftwatch.channel.ring import (
     HEADER_SIZE,
     RECORD_SIZE,
     WRITE_SEQ_OFFSET,
-    ChannelError,
     ChannelReader,
     ChannelWriter,
     NullWriter,
     Record,
-    channel_path,
-    ensure_private_dir,
-    list_channels,
     open_writer,
-    runtime_dir,
     writer_alive,
 )
 from driftwatch.pidns import ProcessId, identify
@@ -180,7 +182,7 @@ def test_a_record_announced_before_its_seq_is_visible_is_retried(
 
 WRITER_PROCESS = """
 import os, sys
-from driftwatch.channel import ChannelWriter
+from driftwatch.channel.ring import ChannelWriter
 from driftwatch.pidns import identify
 total = int(sys.argv[2])
 writer = ChannelWriter.create(sys.argv[1], identify(os.getpid()), 1.0, capacity=int(sys.argv[3]))
@@ -347,7 +349,7 @@ def test_a_stale_file_of_the_same_process_is_replaced(writer: ChannelWriter) -> 
 
 HOLDER_PROCESS = """
 import os, sys
-from driftwatch.channel import open_writer
+from driftwatch.channel.ring import open_writer
 print(open_writer(os.getpid(), 1.0, sys.argv[1]).path, flush=True)
 sys.stdin.readline()
 """

@@ -30,18 +30,14 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from driftwatch.channel import ChannelWriter, ensure_private_dir
-from driftwatch.daemon import (
-    SCAN_EVERY_TICKS,
-    SWEEP_AFTER_SECONDS,
-    Config,
-    Daemon,
-    channel_dirs,
-    load_config,
-)
+from driftwatch.channel.paths import channel_dirs, ensure_private_dir
+from driftwatch.channel.ring import ChannelWriter
+from driftwatch.channel.wire import SERIES_META, Kind
+from driftwatch.daemon.agent import Daemon
+from driftwatch.daemon.config import Config, load_config
+from driftwatch.daemon.discovery import SCAN_EVERY_TICKS, SWEEP_AFTER_SECONDS
 from driftwatch.errors import HistoryError, UsageError
 from driftwatch.history import HistoryReader, RunRecord
-from driftwatch.hook.protocol import SERIES_META, Kind
 from driftwatch.pidns import ProcessId, identify
 from tests.conftest import (
     CONTAINED_HOOK,

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from driftwatch import bundle
-from driftwatch.channel import SHARED_DIR_ENV
+from driftwatch.channel.env import SHARED_DIR_ENV
 from tests.conftest import REPO, run_cli
 
 DEPLOY = REPO / "deploy"

@@ -8,9 +8,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from driftwatch.channel import ChannelReader, channel_path
+from driftwatch.channel.paths import channel_path
+from driftwatch.channel.ring import ChannelReader
+from driftwatch.channel.wire import Kind
 from driftwatch.hook.core import Hook
-from driftwatch.hook.protocol import Kind
 
 
 def test_periods_are_divided_by_the_steps_each_call_ran(tmp_path: Path) -> None:

@@ -16,9 +16,10 @@ import numpy as np
 import psutil
 import pytest
 
-from driftwatch.channel import ChannelReader, Record, channel_path
+from driftwatch.channel.paths import channel_path
+from driftwatch.channel.ring import ChannelReader, Record
+from driftwatch.channel.wire import SERIES_META, Kind
 from driftwatch.hook import core
-from driftwatch.hook.protocol import SERIES_META, Kind
 from tests.conftest import TF_ENV
 
 pytestmark = pytest.mark.tf

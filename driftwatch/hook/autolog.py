@@ -21,12 +21,10 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
+from driftwatch.channel.env import DISABLE_ENV
+
 log = logging.getLogger(__name__)
 
-DISABLE_ENV = "DRIFTWATCH_HOOK"
-"""Set to ``0`` to turn the injection off for one job."""
-RUN_ENV = "DRIFTWATCH_RUN"
-"""The run name ``driftwatch run`` chose, so the hook's and the monitor's agree."""
 _PATCHED = "__driftwatch_patched__"
 
 

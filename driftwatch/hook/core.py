@@ -19,10 +19,10 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from driftwatch.channel import ChannelWriter, NullWriter, open_writer
-from driftwatch.hook.autolog import RUN_ENV
+from driftwatch.channel.env import RUN_ENV
+from driftwatch.channel.ring import ChannelWriter, NullWriter, open_writer
+from driftwatch.channel.wire import RUNTIME_META, SERIES_META, Kind
 from driftwatch.hook.probes import Reading, TensorflowProbes
-from driftwatch.hook.protocol import RUNTIME_META, SERIES_META, Kind
 from driftwatch.series import Labels
 from driftwatch.target import default_run_name
 

@@ -10,7 +10,7 @@ import logging
 import os
 import threading
 
-from driftwatch.channel import ChannelWriter, NullWriter
+from driftwatch.channel.ring import ChannelWriter, NullWriter
 from driftwatch.errors import DriftwatchError
 from driftwatch.export.http import TlsConfig, parse_listen
 from driftwatch.monitor import Monitor, Snapshot, watch

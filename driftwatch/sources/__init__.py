@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from driftwatch.channel import channel_path, runtime_dir
+from driftwatch.channel.paths import process_channel
 from driftwatch.series import Sample
 from driftwatch.sources.eventfiles import EventFileSource
 from driftwatch.sources.hook import HookSource
@@ -52,8 +52,9 @@ def default_sources(
     its own root, by its PID there).
     """
     if channel is None:
-        directory = f"{target.root}{runtime_dir(target.environ(), target.info.uid)}"
-        channel = channel_path(directory, target.own_pid, target.info.create_time)
+        channel = process_channel(
+            target.own_pid, target.info.create_time, target.environ(), target.info.uid, target.root
+        )
     hook = HookSource(channel, target.info.uid)
     return [
         ProcessSource(target),  # first: it notices a reused PID before the others read

@@ -10,8 +10,9 @@ import logging
 import os
 from pathlib import Path
 
-from driftwatch.channel import ChannelError, ChannelReader, Record
-from driftwatch.hook.protocol import RUNTIME_META, SERIES_META, Kind
+from driftwatch.channel.paths import ChannelError
+from driftwatch.channel.ring import ChannelReader, Record
+from driftwatch.channel.wire import RUNTIME_META, SERIES_META, Kind
 from driftwatch.series import (
     MAX_LABEL_SETS,
     RUNTIME_LABELS,

@@ -1,20 +1,17 @@
-"""The channel: one shared-memory ring file per hooked process, from the hook to the monitor.
+"""The ring: one shared-memory file per hooked process, from the hook to the monitor.
 
 The in-process hook (the writer) appends fixed-size records to a memory-mapped file; the
 monitor (the reader) maps the same file and copies out what is new. The writer never blocks,
 takes no lock and makes no system call per record; when nobody reads, the ring simply
 overwrites its oldest records, and the reader counts what it missed. This module knows
-nothing about what records mean (see ``driftwatch.hook.protocol``) and uses the stdlib only,
+nothing about what records mean (see ``driftwatch.channel.wire``) and uses the stdlib only,
 so it is safe to import inside a training process.
 
-Files live in a private directory (``runtime_dir()``, mode 0700, refused if anyone else can
-get in, or if it sits in a directory anyone may write to without the sticky bit) and are
-named ``<pid>-<round(create_time * 100)>.dwc`` with ``create_time`` as psutil
-reports it, so a monitor that knows ``(pid, create_time)`` of its target finds the right file
-and a reused PID never matches an old one. Next to each, ``<same stem>.json`` holds the
-writer's metadata, replaced atomically as a whole. The writer holds a lock (``flock``) on
-its file as long as it lives, so anyone who can open the file can tell an abandoned channel
-from a live one (``writer_alive``), whichever PID namespace its writer is in.
+Where the files live and how they are named is ``driftwatch.channel.paths``'s. Next to each,
+a JSON sidecar holds the writer's metadata, replaced atomically as a whole. The writer holds
+a lock (``flock``) on its file as long as it lives, so anyone who can open the file can tell
+an abandoned channel from a live one (``writer_alive``), whichever PID namespace its writer
+is in.
 
 The PID is the writer's own, which is not the node's when the writer runs in a container;
 the header therefore also names the writer as a ``driftwatch.pidns.ProcessId``, which a
@@ -67,26 +64,29 @@ import json
 import logging
 import mmap
 import os
-import re
 import stat
 import struct
 import sys
 import tempfile
-from collections.abc import Mapping
 from pathlib import Path
 from typing import NamedTuple
 
-from driftwatch.errors import DriftwatchError
+from driftwatch.channel.paths import (
+    ChannelError,
+    channel_path,
+    ensure_private_dir,
+    meta_path,
+    refuse_open_directory,
+    remove_channel,
+    runtime_dir,
+)
 from driftwatch.pidns import ProcessId, identify
 
 log = logging.getLogger(__name__)
 
 MAGIC = b"DWCHAN1\0"
 VERSION = 2
-SUFFIX = ".dwc"
-META_SUFFIX = ".json"
 DEFAULT_CAPACITY = 65536
-SHARED_DIR_ENV = "DRIFTWATCH_SHARED_DIR"
 MAX_META_BYTES = 1 << 20
 """A larger metadata sidecar is ignored: the reader never loads an unbounded file."""
 
@@ -102,12 +102,6 @@ RECORD_SIZE = _RECORD.size
 ABANDONED = 1 << 63
 _pack_body = _BODY.pack_into
 
-_NAME = re.compile(r"^(\d+)-(\d+)" + re.escape(SUFFIX) + "$")
-
-
-class ChannelError(DriftwatchError):
-    """A channel file or its directory cannot be used (missing, unsafe, not a channel)."""
-
 
 class Record(NamedTuple):
     seq: int
@@ -116,115 +110,6 @@ class Record(NamedTuple):
     t: float
     a: float
     b: float
-
-
-def runtime_dir(environ: Mapping[str, str] | None = None, uid: int | None = None) -> Path:
-    """Where a process keeps its channel: ``$DRIFTWATCH_RUNTIME_DIR``,
-    ``$DRIFTWATCH_SHARED_DIR/UID``, ``$XDG_RUNTIME_DIR/driftwatch`` or ``/tmp/driftwatch-UID``.
-
-    ``DRIFTWATCH_SHARED_DIR`` names a directory that every user may create their own
-    directory in, as in ``/tmp`` (mode 1777, or root's when every job runs as root): the one
-    that containers share with a node agent (see ``deploy/kubernetes``). By default for this
-    process; a monitor passes its target's environment and user.
-    """
-    environ = os.environ if environ is None else environ
-    uid = os.getuid() if uid is None else uid
-    explicit = environ.get("DRIFTWATCH_RUNTIME_DIR")
-    if explicit:
-        return Path(explicit)
-    shared = environ.get(SHARED_DIR_ENV)
-    if shared:
-        return Path(shared) / str(uid)
-    xdg = environ.get("XDG_RUNTIME_DIR")
-    if xdg:
-        return Path(xdg) / "driftwatch"
-    return Path(f"/tmp/driftwatch-{uid}")
-
-
-def ensure_private_dir(path: str | os.PathLike[str]) -> Path:
-    """Create ``path`` (mode 0700) if needed and check that only this user can get into it.
-
-    Refuses what ``check_private_dir`` refuses, and a directory whose parent anyone may
-    write to without the sticky bit, where it could be swapped as a whole: anyone else who
-    can write there could plant or swap a channel file.
-    """
-    directory = Path(path)
-    try:
-        directory.parent.mkdir(parents=True, exist_ok=True)
-        _refuse_open_directory(directory.parent)
-        try:
-            os.mkdir(directory, 0o700)
-            os.chmod(directory, 0o700)  # the umask may have removed owner bits
-        except FileExistsError:
-            pass
-    except OSError as err:
-        raise ChannelError(f"cannot create the channel directory {directory}: {err}") from err
-    check_private_dir(directory, os.geteuid())
-    return directory
-
-
-def check_private_dir(directory: Path, uid: int | None = None) -> int:
-    """Check that ``directory`` is a real directory only its owner can enter; its owner's uid.
-
-    Refuses a symlink, a directory of another user than ``uid`` (when given), or one that
-    group or others can enter.
-    """
-    try:
-        info = os.lstat(directory)
-    except OSError as err:
-        raise ChannelError(f"cannot read the channel directory {directory}: {err}") from err
-    if stat.S_ISLNK(info.st_mode):
-        raise ChannelError(
-            f"channel directory {directory} is a symbolic link; remove it or point "
-            "DRIFTWATCH_RUNTIME_DIR at a real directory"
-        )
-    if not stat.S_ISDIR(info.st_mode):
-        raise ChannelError(f"channel directory {directory} exists but is not a directory")
-    if uid is not None and info.st_uid != uid:
-        raise ChannelError(
-            f"channel directory {directory} belongs to uid {info.st_uid}, not to this user "
-            f"(uid {uid}); remove it or set DRIFTWATCH_RUNTIME_DIR"
-        )
-    if info.st_mode & 0o077:
-        raise ChannelError(
-            f"channel directory {directory} is open to other users "
-            f"(mode {stat.S_IMODE(info.st_mode):04o}); run: chmod 700 {directory}"
-        )
-    return info.st_uid
-
-
-def _refuse_open_directory(directory: Path) -> None:
-    """Raise ``ChannelError`` if anyone may write to ``directory`` and its sticky bit is off:
-    there, anyone could rename or replace the files and directories it holds."""
-    mode = os.stat(directory).st_mode
-    if mode & stat.S_IWOTH and not mode & stat.S_ISVTX:
-        raise ChannelError(
-            f"{directory} is writable by every user and lacks the sticky bit "
-            f"(mode {stat.S_IMODE(mode):04o}), so anyone could replace channel files there; "
-            f"run: chmod +t {directory}, or set DRIFTWATCH_RUNTIME_DIR"
-        )
-
-
-def channel_path(directory: str | os.PathLike[str], pid: int, create_time: float) -> Path:
-    """The channel file of the process ``(pid, create_time)``."""
-    return Path(directory) / f"{pid}-{round(create_time * 100)}{SUFFIX}"
-
-
-def list_channels(directory: str | os.PathLike[str]) -> list[tuple[int, float, Path]]:
-    """``(pid, create_time, path)`` of every channel file in ``directory``, by pid."""
-    directory = Path(directory)
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return []
-    except OSError as err:
-        raise ChannelError(f"cannot list the channel directory {directory}: {err}") from err
-    found = []
-    for name in names:
-        match = _NAME.match(name)
-        if match:
-            found.append((int(match.group(1)), int(match.group(2)) / 100, directory / name))
-    return sorted(found)
 
 
 def writer_alive(path: Path) -> bool:
@@ -245,41 +130,20 @@ def writer_alive(path: Path) -> bool:
     return False
 
 
-def _meta_path(path: Path) -> Path:
-    return path.with_suffix(META_SUFFIX)
-
-
-def remove_channel(path: Path) -> bool:
-    """Remove a channel and its metadata, e.g. once its writer has exited; logs failures.
-
-    Returns whether both are gone.
-    """
-    removed = True
-    for part in (path, _meta_path(path)):
-        try:
-            os.unlink(part)
-        except FileNotFoundError:
-            pass
-        except OSError as err:
-            log.warning("driftwatch: cannot remove %s: %s", part, err)
-            removed = False
-    return removed
-
-
 def read_meta(path: Path) -> dict[str, object]:
     """The metadata sidecar of the channel file ``path``; empty if missing or malformed."""
-    meta_path = _meta_path(path)
+    sidecar = meta_path(path)
     try:
-        with open(meta_path, "rb") as file:
+        with open(sidecar, "rb") as file:
             text = file.read(MAX_META_BYTES + 1)
         if len(text) > MAX_META_BYTES:
             raise ValueError(f"larger than {MAX_META_BYTES} bytes")
         meta = json.loads(text)
     except (OSError, ValueError) as err:
-        log.debug("no usable channel metadata in %s: %s", meta_path, err)
+        log.debug("no usable channel metadata in %s: %s", sidecar, err)
         return {}
     if not isinstance(meta, dict):
-        log.debug("channel metadata in %s is not an object", meta_path)
+        log.debug("channel metadata in %s is not an object", sidecar)
         return {}
     return meta
 
@@ -376,23 +240,23 @@ class ChannelWriter:
 
     def set_meta(self, meta: dict[str, object]) -> None:
         """Replace the metadata sidecar atomically; problems are logged once, never raised."""
-        meta_path = _meta_path(self.path)
+        sidecar = meta_path(self.path)
         try:
             text = json.dumps(meta, default=str)
             fd, temporary = tempfile.mkstemp(
-                prefix=f".{meta_path.name}.", suffix=".tmp", dir=meta_path.parent
+                prefix=f".{sidecar.name}.", suffix=".tmp", dir=sidecar.parent
             )
             try:
                 with os.fdopen(fd, "w", encoding="utf-8") as out:
                     out.write(text)
-                os.replace(temporary, meta_path)
+                os.replace(temporary, sidecar)
             except BaseException:
                 os.unlink(temporary)
                 raise
         except (OSError, TypeError, ValueError) as err:
             if not self._meta_failed:
                 self._meta_failed = True
-                log.warning("driftwatch: cannot write the channel metadata %s: %s", meta_path, err)
+                log.warning("driftwatch: cannot write the channel metadata %s: %s", sidecar, err)
 
     def close(self, unlink: bool = False) -> None:
         """Unmap the channel; with ``unlink``, also remove its files. Later writes are dropped."""
@@ -480,7 +344,7 @@ class ChannelReader:
         _require_little_endian()
         owner = os.geteuid() if owner is None else owner
         try:
-            _refuse_open_directory(path.parent)
+            refuse_open_directory(path.parent)
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except FileNotFoundError as err:
             raise ChannelError(f"no channel file {path} (is the hook running?)") from err

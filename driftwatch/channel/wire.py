@@ -1,4 +1,5 @@
-"""What the hook writes into its channel, shared by the writer (hook) and the reader (source).
+"""The wire protocol: what the records in a channel mean, for the hook (the writer) and the
+hook source (the reader).
 
 Stdlib only: the monitoring side imports this without TensorFlow.
 

@@ -1,0 +1,258 @@
+"""``driftwatch daemon``: one node agent watching every hooked process and every match.
+
+Each tick the daemon
+
+1. discovers new targets (``driftwatch.daemon.discovery``): processes with a hook channel,
+   and every ``SCAN_EVERY_TICKS`` ticks those whose command line a ``--match`` pattern finds;
+2. ticks every monitor and drops those whose target has gone, with their series.
+
+Between ticks, each monitor is sampled at its own ``Cadence``: every 0.5 s while its target
+is young or a signal moves fast, every ``interval`` otherwise.
+
+With a ``History``, each run is recorded into it, and ends there with why it was dropped
+(or that the daemon stopped); a restarted daemon resumes the runs of the processes that
+still live.
+
+One thread ticks all monitors: a tick only reads ``/proc``, shared memory and the new bytes
+of event files, so a node's targets fit in one interval, and nothing needs a lock. A
+target's failure ends its own monitor only. Scrapes read the tuple of snapshots published
+after each tick.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from driftwatch.channel.env import RUN_ENV
+from driftwatch.channel.paths import channel_dirs
+from driftwatch.daemon.config import Config
+from driftwatch.daemon.discovery import (
+    SWEEP_AFTER_SECONDS,
+    Discovery,
+    Found,
+    Key,
+    ProcessScan,
+    scan_processes,
+)
+from driftwatch.detect.catalog import default_engine
+from driftwatch.errors import TargetError, TargetGone, UsageError
+from driftwatch.findings import Finding
+from driftwatch.history import History
+from driftwatch.monitor import Cadence, Monitor, Pacer, Snapshot
+from driftwatch.sources import default_sources
+from driftwatch.target import Target, default_run_name
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _Watched:
+    monitor: Monitor
+    command: str
+    matched: bool  # found by a pattern, not by its channel
+    channel: Path | None  # the hook channel it was found by
+    cadence: Cadence
+    due: float = -math.inf  # when it is next sampled, on the monotonic clock
+
+
+class Daemon:
+    """Discovers targets, keeps one ``Monitor`` each, and publishes their snapshots.
+
+    ``load`` reads the configuration (called again on ``reload``); ``directories`` says
+    where to look for channels; ``scan`` lists the process table; ``clock`` stamps samples;
+    ``on_finding`` gets each run's findings; ``history``, if any, records every run;
+    ``sweep_after``: seconds before the channel of an exited process is removed.
+    """
+
+    def __init__(
+        self,
+        load: Callable[[], Config],
+        *,
+        directories: Callable[[Config], list[Path]] = lambda config: channel_dirs(
+            config.channel_dirs
+        ),
+        scan: ProcessScan = scan_processes,
+        clock: Callable[[], float] = time.time,
+        on_finding: Callable[[str, Finding], None] = lambda run, finding: None,
+        history: History | None = None,
+        sweep_after: float = SWEEP_AFTER_SECONDS,
+    ) -> None:
+        self._load = load
+        self.config = load()
+        self._discovery = Discovery(directories, scan, sweep_after)
+        self._clock = clock
+        self._on_finding = on_finding
+        self._history = history
+        self._watched: dict[Key, _Watched] = {}
+        self._wake = threading.Event()
+        self._stop_requested = False
+        self._reload_requested = False
+        self.snapshots: tuple[Snapshot, ...] = ()
+        """The latest snapshot of every live run, replaced as a whole after each tick."""
+
+    @property
+    def runs(self) -> dict[str, int]:
+        """The PID of each watched run, by run name."""
+        return {w.monitor.run: w.monitor.target.pid for w in self._watched.values()}
+
+    # -- one tick ---------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """Discover new targets, sample every target, drop the ended ones, publish."""
+        self._discover()
+        self._sample(due_only=False)
+
+    def _discover(self) -> None:
+        for found in self._discovery.discover(self.config, self._watched):
+            self._start(found)
+
+    def _sample(self, *, due_only: bool) -> None:
+        """Sample the targets (only those whose cadence says it is time, if ``due_only``),
+        drop the ended ones and publish the snapshots."""
+        now = time.monotonic()
+        for key, watched in list(self._watched.items()):
+            if due_only and now < watched.due:
+                continue
+            try:
+                watched.monitor.tick()
+            except TargetGone as gone:
+                self._drop(key, str(gone))
+                if watched.channel is not None:
+                    self._discovery.exited(watched.channel)
+                continue
+            except Exception as err:  # one target's failure must not stop the others
+                log.exception("monitoring %s failed", watched.monitor.run)
+                self._discovery.refuse(key)
+                self._drop(key, f"internal error: {err!r}")
+                continue
+            monitor = watched.monitor
+            step = watched.cadence.interval(monitor.snapshot.t, monitor.moving)
+            scheduled = watched.due + step  # on schedule, unless it fell behind
+            watched.due = scheduled if scheduled > now else now + step
+        self.snapshots = tuple(w.monitor.snapshot for w in self._watched.values())
+
+    def _next_due(self) -> float:
+        return min((w.due for w in self._watched.values()), default=math.inf)
+
+    def _start(self, found: Found) -> None:
+        """Watch the target found, as the run its hook named (default: ``_default_name``),
+        with the logdirs of the pattern that finds its command line, if any."""
+        key, target, run, channel = found.key, found.target, found.run, found.channel
+        command = " ".join(target.info.command)
+        rule = self.config.rule_for(command)
+        try:
+            name = self._unique_name(run or self._default_name(target), target.pid)
+            sources = default_sources(target, rule.logdirs if rule else (), channel)
+        except TargetGone:
+            return
+        except TargetError as err:
+            self._discovery.refuse(key, str(err))
+            return
+        monitor = Monitor(
+            name,
+            target.info,
+            sources,
+            default_engine(),
+            clock=self._clock,
+            on_finding=lambda finding: self._report(name, finding),
+            recorder=None if self._history is None else self._history.recorder(name, target.info),
+        )
+        cadence = Cadence(self.config.interval, target.info.create_time)
+        self._watched[key] = _Watched(monitor, command, channel is None, channel, cadence)
+        log.info("watching %s (pid %d), found by %s", name, target.pid, found.found_by)
+
+    @staticmethod
+    def _default_name(target: Target) -> str:
+        """``$DRIFTWATCH_RUN`` of the process, else the script's name."""
+        run = target.environ().get(RUN_ENV)
+        return run or default_run_name(list(target.info.command), target.info.name)
+
+    def _unique_name(self, name: str, pid: int) -> str:
+        """``name``, or ``name-PID`` if a live run has it: label values stay unique."""
+        taken = {w.monitor.run for w in self._watched.values()}
+        unique, suffix = name, 1
+        while unique in taken:
+            unique = f"{name}-{pid}" if suffix == 1 else f"{name}-{pid}-{suffix}"
+            suffix += 1
+        return unique
+
+    def _report(self, run: str, finding: Finding) -> None:
+        log.info("%s: [%s] %s: %s", run, finding.severity.value, finding.kind, finding.message)
+        self._on_finding(run, finding)
+
+    def _drop(self, key: Key, reason: str) -> None:
+        watched = self._watched.pop(key)
+        watched.monitor.close(reason)
+        log.info("stopped watching %s (pid %d): %s", watched.monitor.run, key[0], reason)
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def reload(self) -> None:
+        """Re-read the configuration and re-scan; a bad configuration keeps the previous one.
+
+        Targets that only a pattern found, and that no pattern finds now, are dropped; those
+        refused before are tried again.
+        """
+        try:
+            config = self._load()
+        except UsageError as err:
+            log.warning("configuration not reloaded, keeping the previous one: %s", err)
+            return
+        self.config = config
+        for key, watched in list(self._watched.items()):
+            if watched.matched and config.rule_for(watched.command) is None:
+                self._drop(key, "no --match pattern finds it any more")
+        self._discovery.reset()  # and scan the process table on the next tick
+        for watched in self._watched.values():
+            watched.cadence = Cadence(config.interval, watched.monitor.target.create_time)
+        log.info(
+            "configuration reloaded: %d patterns, interval %g s", len(config.rules), config.interval
+        )
+
+    def request_stop(self) -> None:
+        """Make ``run`` return after the current tick (safe in a signal handler)."""
+        self._stop_requested = True
+        self._wake.set()
+
+    def request_reload(self) -> None:
+        """Make ``run`` reload before its next tick (safe in a signal handler)."""
+        self._reload_requested = True
+        self._wake.set()
+
+    def run(self) -> None:
+        """Discover targets every ``config.interval`` seconds and sample each at its own
+        cadence (faster while it is young or moving fast) until ``request_stop``; then
+        close all."""
+        pacer = Pacer()
+        next_discovery = time.monotonic()
+        try:
+            while True:
+                self._wake.clear()
+                if self._stop_requested:
+                    return
+                if self._reload_requested:
+                    self._reload_requested = False
+                    self.reload()
+                if time.monotonic() >= next_discovery:
+                    self._discover()
+                    next_discovery = time.monotonic() + pacer.delay(self.config.interval)
+                self._sample(due_only=True)
+                wake_at = min(next_discovery, self._next_due())
+                self._wake.wait(max(0.0, wake_at - time.monotonic()))
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Stop watching everything (the runs' channels stay: their processes live on); their
+        history ends with ``monitor.STOPPED``."""
+        for watched in self._watched.values():
+            watched.monitor.close()
+        self._watched.clear()
+        self.snapshots = ()
+        self._discovery.sweep_due(everything=True)
