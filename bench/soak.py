@@ -56,7 +56,7 @@ from driftwatch import monitor
 from driftwatch.channel import ChannelWriter, ensure_private_dir
 from driftwatch.daemon import Daemon, load_config
 from driftwatch.findings import Finding
-from driftwatch.history import History
+from driftwatch.history.writer import History
 from driftwatch.hook.protocol import SERIES_META, Kind
 from driftwatch.pidns import identify
 

@@ -40,7 +40,9 @@ from driftwatch.export.http import (
 )
 from driftwatch.export.prometheus import metrics_app
 from driftwatch.findings import Finding
-from driftwatch.history import DEFAULT_RETENTION, History, HistoryReader, default_db_path
+from driftwatch.history.reader import HistoryReader
+from driftwatch.history.schema import default_db_path
+from driftwatch.history.writer import DEFAULT_RETENTION, History
 from driftwatch.launch import StderrPump, child_environment, exit_code, forwarding_signals, launch
 from driftwatch.monitor import Monitor, Snapshot, check_interval, watch
 from driftwatch.report import build as build_report

@@ -55,7 +55,7 @@ from driftwatch.channel import (
 from driftwatch.detect.catalog import default_engine
 from driftwatch.errors import TargetAccessDenied, TargetError, TargetGone, UsageError
 from driftwatch.findings import Finding
-from driftwatch.history import History
+from driftwatch.history.writer import History
 from driftwatch.hook.autolog import RUN_ENV
 from driftwatch.monitor import Cadence, Monitor, Pacer, Snapshot, check_interval
 from driftwatch.pidns import find_process, start_ticks

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from driftwatch.detect import Engine
 from driftwatch.errors import SourceUnavailable, TargetGone, UsageError
 from driftwatch.findings import Diagnosis, Finding, worst_per_kind
-from driftwatch.history import RunRecorder
+from driftwatch.history.writer import RunRecorder
 from driftwatch.series import SERIES, Export, LabelSetLimit, Sample, SeriesKey
 from driftwatch.sources import Draining, Source
 from driftwatch.store import Store

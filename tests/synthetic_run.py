@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 
 from driftwatch.findings import Finding, Severity
-from driftwatch.history import History
+from driftwatch.history.writer import History
 from driftwatch.monitor import Snapshot
 from driftwatch.series import Sample
 from driftwatch.store import Store

@@ -40,7 +40,7 @@ from driftwatch.daemon import (
     load_config,
 )
 from driftwatch.errors import HistoryError, UsageError
-from driftwatch.history import HistoryReader, RunRecord
+from driftwatch.history.reader import HistoryReader, RunRecord
 from driftwatch.hook.protocol import SERIES_META, Kind
 from driftwatch.pidns import ProcessId, identify
 from tests.conftest import (

@@ -17,7 +17,9 @@ import pytest
 
 from driftwatch.errors import HistoryError, TargetGone
 from driftwatch.findings import Severity
-from driftwatch.history import History, HistoryReader, default_db_path
+from driftwatch.history.reader import HistoryReader
+from driftwatch.history.schema import default_db_path
+from driftwatch.history.writer import History
 from driftwatch.monitor import Monitor, Snapshot, watch
 from driftwatch.series import Sample
 from driftwatch.store import Store

@@ -10,7 +10,8 @@ import pytest
 
 from driftwatch import __version__
 from driftwatch.channel import ChannelWriter, ensure_private_dir
-from driftwatch.history import History, HistoryReader
+from driftwatch.history.reader import HistoryReader
+from driftwatch.history.writer import History
 from driftwatch.hook.protocol import RUNTIME_META, SERIES_META, Kind
 from driftwatch.monitor import Monitor
 from driftwatch.pidns import ProcessId

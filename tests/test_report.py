@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from driftwatch.history import History
+from driftwatch.history.writer import History
 from driftwatch.report.html import LINE_COLOURS
 from tests import synthetic_run
 from tests.conftest import REPO, run_cli

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from driftwatch.detect.stats import theil_sen
-from driftwatch.history import HistoryReader, RunRecord, StoredBucket, StoredFinding
+from driftwatch.history.reader import HistoryReader, RunRecord, StoredBucket, StoredFinding
 from driftwatch.series import Labels, SeriesKey
 from driftwatch.units import human_bytes, human_seconds, local_time
 
