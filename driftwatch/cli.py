@@ -44,11 +44,12 @@ from driftwatch.history.reader import HistoryReader
 from driftwatch.history.schema import default_db_path
 from driftwatch.history.writer import DEFAULT_RETENTION, History
 from driftwatch.launch import StderrPump, child_environment, exit_code, forwarding_signals, launch
-from driftwatch.monitor import Monitor, Snapshot, check_interval, watch
+from driftwatch.monitor import Monitor, check_interval, watch
 from driftwatch.report import build as build_report
 from driftwatch.report import to_json as report_json
 from driftwatch.report import to_text as report_text
 from driftwatch.report.html import render as render_html
+from driftwatch.snapshot import Snapshot
 from driftwatch.sources import Source, default_sources
 from driftwatch.target import Target, default_run_name
 from driftwatch.units import parse_duration

@@ -57,8 +57,9 @@ from driftwatch.errors import TargetAccessDenied, TargetError, TargetGone, Usage
 from driftwatch.findings import Finding
 from driftwatch.history.writer import History
 from driftwatch.hook.autolog import RUN_ENV
-from driftwatch.monitor import Cadence, Monitor, Pacer, Snapshot, check_interval
+from driftwatch.monitor import Cadence, Monitor, Pacer, check_interval
 from driftwatch.pidns import find_process, start_ticks
+from driftwatch.snapshot import Snapshot
 from driftwatch.sources import default_sources
 from driftwatch.target import Target, default_run_name
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from driftwatch.findings import Finding, Severity
 from driftwatch.history.writer import History
-from driftwatch.monitor import Snapshot
 from driftwatch.series import Sample
+from driftwatch.snapshot import Snapshot
 from driftwatch.store import Store
 from driftwatch.target import TargetInfo
 

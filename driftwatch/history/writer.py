@@ -1,8 +1,8 @@
 """Writing the history: one ``History`` (a writer thread) per database, one ``RunRecorder``
-per run being watched.
+(a monitor's sink) per run being watched.
 
 One database serves any number of runs at once (``attach`` and ``run`` record one, the
-daemon one per target). A monitor hands each tick to its run's ``RunRecorder``, which
+daemon one per target). A monitor publishes each tick to its run's ``RunRecorder``, which
 turns what changed in the store's downsampled tiers and in the findings into a batch and
 offers it to a bounded queue without waiting; one writer thread per database commits the
 batches, many to a transaction. When the queue is full the recorder keeps its place and
@@ -33,21 +33,18 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from driftwatch import __version__
 from driftwatch.errors import HistoryError
 from driftwatch.findings import Finding, worst_per_kind
 from driftwatch.history.schema import connect_for_writing
 from driftwatch.series import Labels, SeriesKey
-from driftwatch.store import DEFAULT_TIERS, Bucket, Store, TierSpec
+from driftwatch.snapshot import Snapshot
+from driftwatch.store import DEFAULT_TIERS, Bucket, StoreView, TierSpec
 from driftwatch.target import TargetInfo
 from driftwatch.units import human_bytes
-
-if TYPE_CHECKING:
-    from driftwatch.monitor import Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -312,7 +309,8 @@ class History:
 
 
 class RunRecorder:
-    """Turns one run's ticks into batches for its ``History``; never blocks, never raises."""
+    """A monitor's sink: turns one run's snapshots into batches for its ``History``; never
+    blocks a tick, never raises."""
 
     def __init__(self, history: History, run: str, target: TargetInfo) -> None:
         self._history = history
@@ -325,15 +323,23 @@ class RunRecorder:
         self._next_send = -math.inf
         self._meta_sent = False
 
-    def record(self, snapshot: Snapshot, store: Store) -> None:
+    def publish(self, snapshot: Snapshot) -> None:
         """Note the tick's findings; every ``FLUSH_SECONDS`` of run time, send a batch."""
         self._note_findings(snapshot)
         if snapshot.t >= self._next_send:
-            self._send(snapshot.t, store, None)
+            self._send(snapshot.t, snapshot.store, None)
 
-    def finish(self, snapshot: Snapshot, store: Store, ended: str) -> None:
+    def close(self, snapshot: Snapshot, ended: str) -> None:
         """Send everything up to the last tick, with why monitoring ended (may wait)."""
-        self._send(snapshot.t, store, ended)
+        self._send(snapshot.t, snapshot.store, ended)
+
+    # Transitional, for tests/synthetic_run.py, which still passes the store beside snapshots
+    # it builds itself: remove once it sets ``Snapshot.store`` and calls publish / close.
+    def record(self, snapshot: Snapshot, store: StoreView) -> None:
+        self.publish(replace(snapshot, store=store))
+
+    def finish(self, snapshot: Snapshot, store: StoreView, ended: str) -> None:
+        self.close(replace(snapshot, store=store), ended)
 
     def _note_findings(self, snapshot: Snapshot) -> None:
         now = snapshot.t
@@ -348,7 +354,7 @@ class RunRecorder:
             del self._holding[kind]
             self._changes.append((kind, now, None))
 
-    def _send(self, now: float, store: Store, ended: str | None) -> None:
+    def _send(self, now: float, store: StoreView, ended: str | None) -> None:
         if self._history.failed is not None:
             return
         buckets: list[tuple[str, str, float, Bucket]] = []
