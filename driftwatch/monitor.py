@@ -35,6 +35,7 @@ STOPPED = "monitoring stopped"
 """Why monitoring ended when driftwatch was told to stop, not the target."""
 
 MIN_INTERVAL, MAX_INTERVAL = 0.05, 3600.0
+"""The shortest and longest sampling interval one may configure, in seconds."""
 FAST_INTERVAL = 0.5
 """Seconds between samples while a target is young or one of its signals moves fast."""
 YOUNG_SECONDS = 300.0
@@ -51,8 +52,7 @@ FAST_MEMORY_LIMITS = {
 FAST_FILE_SERIES = "event_file_bytes"
 """The event-file series watched for fast growth (all of a run's files, in bytes)."""
 FAST_MEMORY_HORIZON = 3600.0
-"""Memory moves fast when, at its rate since the last sample, it would reach its limit
-within this many seconds."""
+"""Seconds within which memory, at its latest rate, would reach its limit: moving fast."""
 
 
 def check_interval(interval: float, what: str = "--interval") -> float:

@@ -78,6 +78,7 @@ DEFAULT_TIERS = (  # in memory: an hour, an hour, a day; in the history: as comm
 )
 
 BUCKET_COLUMNS = ("start", "count", "mean", "min", "max", "last")
+"""The columns of a tier's rows, in order."""
 
 
 Bucket = tuple[float, float, float, float, float, float]

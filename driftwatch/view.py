@@ -23,6 +23,7 @@ from driftwatch.units import clock, human_bytes, human_seconds
 RATE_WINDOW_SECONDS = 300.0
 """Seconds of raw samples behind a growth rate shown."""
 SEVERITY_STYLE = {Severity.INFO: "cyan", Severity.WARNING: "yellow", Severity.CRITICAL: "bold red"}
+"""The rich style of each severity in the live view."""
 
 
 def rate_per_second(

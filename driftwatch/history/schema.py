@@ -66,6 +66,7 @@ CREATE TABLE IF NOT EXISTS finding_changes (
 );
 CREATE INDEX IF NOT EXISTS finding_changes_run ON finding_changes (run_id, t);
 """
+"""The tables and indexes, created in a new database."""
 
 
 def default_db_path(environ: dict[str, str] | None = None) -> Path:
