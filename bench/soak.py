@@ -59,7 +59,7 @@ from driftwatch.channel.wire import SERIES_META, Kind
 from driftwatch.daemon.agent import Daemon
 from driftwatch.daemon.config import load_config
 from driftwatch.findings import Finding
-from driftwatch.history import History
+from driftwatch.history.writer import History
 from driftwatch.pidns import identify
 
 TARGETS = 8

@@ -22,8 +22,9 @@ from driftwatch.demo import DEFAULT_EXAMPLE, examples, find_example
 from driftwatch.doctor import run_checks
 from driftwatch.errors import DriftwatchError, UsageError
 from driftwatch.export.http import DEFAULT_HOST, parse_listen
-from driftwatch.history import HistoryReader, default_db_path
-from driftwatch.monitor import Snapshot, check_interval
+from driftwatch.history.reader import HistoryReader
+from driftwatch.history.schema import default_db_path
+from driftwatch.monitor import check_interval
 from driftwatch.options import (
     DbOption,
     IntervalOption,
@@ -44,6 +45,7 @@ from driftwatch.session import (
     watch_job,
     watch_one,
 )
+from driftwatch.snapshot import Snapshot
 from driftwatch.sources import default_sources
 from driftwatch.target import Target, default_run_name
 

@@ -1,11 +1,13 @@
-"""One watched run: sources feed the store, detectors read it, exporters read the snapshot.
+"""One watched run: sources feed the store, detectors read it, sinks receive the snapshots.
 
 The sampler thread is the only writer. After each tick it publishes an immutable
-``Snapshot``; exporters and views read the latest one with a single attribute load, so
-scrapes never block sampling and need no locks. When the target exits, the tick that finds
-it gone reads every other source to its end and judges the whole run before it says so:
-what a job did in its last second is in the findings, the history and the last snapshot.
-Sampling adapts (``Cadence``): fast while a target is young or a signal moves fast.
+``Snapshot`` (``driftwatch.snapshot``): exporters read the latest one with a single
+attribute load, so scrapes never block sampling and need no locks, and each ``Sink`` (the
+history's recorder, the live view) receives it on the sampler thread. When the target
+exits, the tick that finds it gone reads every other source to its end and judges the whole
+run before it says so: what a job did in its last second is in the findings, the history
+and the last snapshot. Sampling adapts (``Cadence``): fast while a target is young or a
+signal moves fast.
 """
 
 from __future__ import annotations
@@ -15,13 +17,12 @@ import math
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 from driftwatch.detect import Engine
 from driftwatch.errors import SourceUnavailable, TargetGone, UsageError
 from driftwatch.findings import Diagnosis, Finding, worst_per_kind
-from driftwatch.history import RunRecorder
 from driftwatch.series import SERIES, Export, LabelSetLimit, Sample, SeriesKey
+from driftwatch.snapshot import Sink, Snapshot, SourceStatus
 from driftwatch.sources import Draining, Source
 from driftwatch.store import Store
 from driftwatch.target import TargetInfo
@@ -34,6 +35,7 @@ STOPPED = "monitoring stopped"
 """Why monitoring ended when driftwatch was told to stop, not the target."""
 
 MIN_INTERVAL, MAX_INTERVAL = 0.05, 3600.0
+"""The shortest and longest sampling interval one may configure, in seconds."""
 FAST_INTERVAL = 0.5
 """Seconds between samples while a target is young or one of its signals moves fast."""
 YOUNG_SECONDS = 300.0
@@ -50,8 +52,7 @@ FAST_MEMORY_LIMITS = {
 FAST_FILE_SERIES = "event_file_bytes"
 """The event-file series watched for fast growth (all of a run's files, in bytes)."""
 FAST_MEMORY_HORIZON = 3600.0
-"""Memory moves fast when, at its rate since the last sample, it would reach its limit
-within this many seconds."""
+"""Seconds within which memory, at its latest rate, would reach its limit: moving fast."""
 
 
 def check_interval(interval: float, what: str = "--interval") -> float:
@@ -61,27 +62,6 @@ def check_interval(interval: float, what: str = "--interval") -> float:
             f"{what} {interval}: must be between {MIN_INTERVAL} and {MAX_INTERVAL:.0f} seconds"
         )
     return interval
-
-
-@dataclass(frozen=True, slots=True)
-class SourceStatus:
-    name: str
-    up: bool
-    reason: str = ""  # why it is down
-
-
-@dataclass(frozen=True, slots=True)
-class Snapshot:
-    """What the run looked like after one tick: everything an exporter or view may read."""
-
-    run: str
-    target: TargetInfo
-    t: float
-    ticks: int
-    values: dict[SeriesKey, float] = field(default_factory=dict)
-    sources: tuple[SourceStatus, ...] = ()
-    findings: tuple[Finding, ...] = ()
-    scores: dict[str, float] = field(default_factory=dict)
 
 
 class Monitor:
@@ -96,8 +76,11 @@ class Monitor:
         store: Store | None = None,
         clock: Callable[[], float] = time.time,
         on_finding: Callable[[Finding], None] = lambda finding: None,
-        recorder: RunRecorder | None = None,
+        recorder: Sink | None = None,
+        sinks: Sequence[Sink] = (),
     ) -> None:
+        """``sinks`` receive each snapshot, then the last one with why monitoring ended;
+        ``recorder`` (the history's) goes first, before them."""
         self.run = run
         self.target = target
         self.store = store if store is not None else Store()
@@ -107,7 +90,7 @@ class Monitor:
         self._engine = engine if engine is not None else Engine([])
         self._clock = clock
         self._on_finding = on_finding
-        self._recorder = recorder
+        self._sinks = ([] if recorder is None else [recorder]) + list(sinks)
         self.reported: dict[str, Finding] = {}
         """Each kind's latest (worst) finding in this run, in the order the kinds were first
         reported; kept after it stops holding."""
@@ -115,7 +98,7 @@ class Monitor:
         self._ticks = 0
         self.moving = FastSignals()
         """When a signal last moved fast, for the sampling ``Cadence``."""
-        self.snapshot = Snapshot(run, target, clock(), 0)
+        self.snapshot = Snapshot(run, target, clock(), 0, store=self.store)
 
     def tick(self) -> Snapshot:
         """Sample every source and evaluate the detectors.
@@ -170,7 +153,7 @@ class Monitor:
         self._publish(now, self._engine.evaluate(now, final=True))
 
     def _publish(self, now: float, findings: list[Finding]) -> None:
-        """Announce news among ``findings``, publish the snapshot and hand it to history."""
+        """Announce news among ``findings``, publish the snapshot and hand it to the sinks."""
         for kind, finding in worst_per_kind(findings).items():
             self.reported[kind] = finding
             # Announced when first seen, and again when its severity or diagnosis becomes one
@@ -193,9 +176,10 @@ class Monitor:
             ),
             tuple(findings),
             dict(self._engine.scores),
+            self.store,
         )
-        if self._recorder is not None:
-            self._recorder.record(self.snapshot, self.store)
+        for sink in self._sinks:
+            sink.publish(self.snapshot)
 
     def _disable(self, source: Source, reason: str) -> None:
         self._down[source.name] = reason
@@ -218,12 +202,12 @@ class Monitor:
         return values
 
     def close(self, ended: str = STOPPED) -> None:
-        """Release the sources and hand the history the rest, with why monitoring ended."""
+        """Release the sources and tell the sinks why monitoring ended."""
         for source in self._sources:
             if source.name not in self._down:
                 source.close()
-        if self._recorder is not None:
-            self._recorder.finish(self.snapshot, self.store, ended)
+        for sink in self._sinks:
+            sink.close(self.snapshot, ended)
 
 
 def watch(

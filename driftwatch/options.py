@@ -18,7 +18,8 @@ import typer
 
 from driftwatch.errors import UsageError
 from driftwatch.export.http import DEFAULT_HOST, DEFAULT_PORT, TlsConfig, parse_listen
-from driftwatch.history import DEFAULT_RETENTION, default_db_path
+from driftwatch.history.schema import default_db_path
+from driftwatch.history.writer import DEFAULT_RETENTION
 from driftwatch.monitor import check_interval
 from driftwatch.session import SessionOptions, WatchOptions
 from driftwatch.units import parse_duration

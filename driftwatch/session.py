@@ -8,7 +8,6 @@ handling is here too, so that no command installs handlers of its own.
 
 from __future__ import annotations
 
-import math
 import os
 import signal
 import ssl
@@ -32,12 +31,13 @@ from driftwatch.errors import TargetGone, UsageError
 from driftwatch.export.http import MetricsServer
 from driftwatch.export.prometheus import metrics_app
 from driftwatch.findings import Finding
-from driftwatch.history import DEFAULT_RETENTION, History
+from driftwatch.history.writer import DEFAULT_RETENTION, History
 from driftwatch.launch import StderrPump, child_environment, exit_code, forwarding_signals, launch
-from driftwatch.monitor import Monitor, Snapshot, watch
+from driftwatch.monitor import Monitor, watch
+from driftwatch.snapshot import Sink, Snapshot
 from driftwatch.sources import Source, default_sources
 from driftwatch.target import Target, TargetInfo, default_run_name
-from driftwatch.view import live_table, plain_line, summary
+from driftwatch.view import LiveView, PlainView, render_summary
 
 PRINT_SLACK = 0.9
 """A plain line is printed once this share of the interval has passed since the last one."""
@@ -141,8 +141,11 @@ class Session:
         history = "" if self.history is None else f"history in {self.history.path}; "
         return f"{history}metrics at {self.url}"
 
-    def monitor(self, run: str, target: TargetInfo, sources: Sequence[Source]) -> Monitor:
-        """The monitor of ``run``, reporting to the findings file and recording its history."""
+    def monitor(
+        self, run: str, target: TargetInfo, sources: Sequence[Source], sinks: Sequence[Sink] = ()
+    ) -> Monitor:
+        """The monitor of ``run``, reporting to the findings file, recording its history and
+        publishing to ``sinks``."""
         return Monitor(
             run,
             target,
@@ -150,6 +153,7 @@ class Session:
             default_engine(),
             on_finding=partial(self.findings.write, run),
             recorder=None if self.history is None else self.history.recorder(run, target),
+            sinks=sinks,
         )
 
     def close(self, quietly: bool = False) -> None:
@@ -208,37 +212,26 @@ def watch_one(
 ) -> Watched:
     """Watch one run with a session of its own, the live view (a table on a terminal, else
     a plain line per ``interval``) and ``/metrics``, until it exits or ``stop`` is set."""
-    console = Console()
     monitor: Monitor | None = None
 
     def snapshots() -> list[Snapshot]:
         return [] if monitor is None else [monitor.snapshot]
 
-    with Session(options, f"watching {run}", snapshots, run) as session:
-        monitor = session.monitor(run, target, sources)
+    with Session(options, f"watching {run}", snapshots, run) as session, ExitStack() as stack:
+        view = _view(stack, session.url, interval)
+        monitor = session.monitor(run, target, sources, [view])
         print(f"driftwatch: watching {run} (pid {target.pid}); {session.where()}", file=sys.stderr)
         started = time.time()
-        with ExitStack() as stack:
-            show = _viewer(stack, console, monitor, session.url, interval)
-            ended = watch(monitor, interval, stop, show)
+        ended = watch(monitor, interval, stop)
     return Watched(monitor, ended, started)
 
 
-def _viewer(
-    stack: ExitStack, console: Console, monitor: Monitor, url: str, interval: float
-) -> Callable[[Snapshot], None]:
+def _view(stack: ExitStack, url: str, interval: float) -> Sink:
+    """A table on a terminal, else a plain line per ``interval``."""
+    console = Console()
     if console.is_terminal:
-        live = stack.enter_context(Live(console=console, auto_refresh=False))
-        return lambda snapshot: live.update(live_table(snapshot, monitor.store, url), refresh=True)
-    printed = -math.inf
-
-    def show(snapshot: Snapshot) -> None:
-        nonlocal printed  # a line per interval, however fast sampling goes
-        if snapshot.t - printed >= interval * PRINT_SLACK:
-            printed = snapshot.t
-            print(plain_line(snapshot, monitor.store), flush=True)
-
-    return show
+        return LiveView(stack.enter_context(Live(console=console, auto_refresh=False)), url)
+    return PlainView(interval * PRINT_SLACK)
 
 
 def watch_job(
@@ -277,6 +270,4 @@ def watch_job(
 def print_summary(watched: Watched, ended: str) -> None:
     """Print what ``watched`` found, and why it ended."""
     monitor = watched.monitor
-    print(
-        summary(monitor.snapshot, monitor.store, monitor.reported.values(), ended, watched.started)
-    )
+    print(render_summary(monitor.snapshot, monitor.reported.values(), ended, watched.started))

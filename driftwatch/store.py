@@ -14,8 +14,9 @@ from __future__ import annotations
 import math
 import statistics
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from driftwatch.series import Sample, SeriesKey, key_of
 
@@ -77,6 +78,7 @@ DEFAULT_TIERS = (  # in memory: an hour, an hour, a day; in the history: as comm
 )
 
 BUCKET_COLUMNS = ("start", "count", "mean", "min", "max", "last")
+"""The columns of a tier's rows, in order."""
 
 
 Bucket = tuple[float, float, float, float, float, float]
@@ -183,7 +185,8 @@ class SeriesHistory:
 
 
 class Store:
-    """Histories keyed by ``(series, labels)``. Written by one thread (the sampler) only."""
+    """Histories keyed by ``(series, labels)``. Written by one thread (the sampler) only;
+    sinks read it as a ``StoreView``."""
 
     def __init__(self, raw_capacity: int = 2048, tiers: Iterable[TierSpec] = DEFAULT_TIERS):
         self._raw_capacity = raw_capacity
@@ -206,3 +209,54 @@ class Store:
 
     def __iter__(self) -> Iterator[tuple[SeriesKey, SeriesHistory]]:
         return iter(list(self._histories.items()))
+
+
+# What a sink may read of the store: the same objects, seen through protocols that offer no
+# way to change them.
+
+
+class RingView(Protocol):
+    def __len__(self) -> int: ...
+
+    def last(self, count: int, index: int) -> list[float]: ...
+
+
+class TierView(Protocol):
+    @property
+    def width(self) -> float: ...
+
+    @property
+    def closed(self) -> int: ...
+
+    def open_bucket(self) -> Bucket | None: ...
+
+    def closed_since(self, closed: int) -> list[Bucket]: ...
+
+
+class SeriesView(Protocol):
+    @property
+    def raw(self) -> RingView: ...
+
+    @property
+    def tiers(self) -> Sequence[TierView]: ...
+
+    @property
+    def first(self) -> tuple[float, float] | None: ...
+
+    @property
+    def peak(self) -> float: ...
+
+    @property
+    def count(self) -> int: ...
+
+    def latest(self) -> tuple[float, float] | None: ...
+
+    def recent_median(self, count: int) -> float: ...
+
+
+class StoreView(Protocol):
+    """Read-only access to a ``Store``."""
+
+    def get(self, key: SeriesKey) -> SeriesView | None: ...
+
+    def __iter__(self) -> Iterator[tuple[SeriesKey, SeriesView]]: ...

@@ -1,24 +1,32 @@
-"""What a person sees: the live terminal view, the plain progress line, the final summary."""
+"""What a person sees: the live terminal view, the plain progress line, the final summary.
+
+``LiveView`` and ``PlainView`` are a monitor's sinks; everything here reads the snapshot
+alone (its values, and the run's histories through ``Snapshot.store``).
+"""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
+from typing import TextIO
 
+from rich.live import Live
 from rich.table import Table
 
 from driftwatch.findings import Finding, Severity
-from driftwatch.monitor import Snapshot
 from driftwatch.series import WATCHED, Labels
-from driftwatch.store import SeriesHistory, Store
+from driftwatch.snapshot import Snapshot
+from driftwatch.store import SeriesView
 from driftwatch.units import clock, human_bytes, human_seconds
 
 RATE_WINDOW_SECONDS = 300.0
+"""Seconds of raw samples behind a growth rate shown."""
 SEVERITY_STYLE = {Severity.INFO: "cyan", Severity.WARNING: "yellow", Severity.CRITICAL: "bold red"}
+"""The rich style of each severity in the live view."""
 
 
 def rate_per_second(
-    history: SeriesHistory | None, min_span: float, window: float = RATE_WINDOW_SECONDS
+    history: SeriesView | None, min_span: float, window: float = RATE_WINDOW_SECONDS
 ) -> float:
     """Growth per second over the newest ``window`` seconds of raw samples.
 
@@ -38,17 +46,16 @@ def rate_per_second(
 
 
 class _Reader:
-    """Named access to one snapshot's values and the store's histories."""
+    """Named access to one snapshot's values and histories."""
 
-    def __init__(self, snapshot: Snapshot, store: Store) -> None:
+    def __init__(self, snapshot: Snapshot) -> None:
         self.snapshot = snapshot
-        self.store = store
 
     def value(self, series: str, labels: Labels = ()) -> float:
         return self.snapshot.values.get((series, labels), math.nan)
 
-    def history(self, series: str, labels: Labels = ()) -> SeriesHistory | None:
-        return self.store.get((series, labels))
+    def history(self, series: str, labels: Labels = ()) -> SeriesView | None:
+        return self.snapshot.store.get((series, labels))
 
     def labels_of(self, series: str) -> list[Labels]:
         return sorted(labels for name, labels in self.snapshot.values if name == series)
@@ -57,10 +64,10 @@ class _Reader:
 Row = tuple[str, str]
 
 
-def signal_rows(snapshot: Snapshot, store: Store) -> list[tuple[str, str]]:
+def signal_rows(snapshot: Snapshot) -> list[tuple[str, str]]:
     """(signal, reading) pairs shown by both the live view and the plain line: the rows of
     ``WATCHED`` that have a reading, in its order."""
-    r = _Reader(snapshot, store)
+    r = _Reader(snapshot)
     return [
         row
         for series, watched in WATCHED.items()
@@ -168,14 +175,15 @@ _VIEW_ROWS: dict[str, Callable[[_Reader, str], list[Row]]] = {
 """How the live view reads each signal of ``WATCHED`` it shows: none, one or more rows."""
 
 
-def live_table(snapshot: Snapshot, store: Store, listen_url: str | None) -> Table:
+def render_table(snapshot: Snapshot, listen_url: str | None) -> Table:
+    """The live view of one snapshot."""
     target = snapshot.target
     title = f"driftwatch · {snapshot.run} · pid {target.pid}"
     caption = f"metrics: {listen_url}" if listen_url else None
     table = Table(title=title, caption=caption, show_header=False, expand=False)
     table.add_column("signal", style="bold")
     table.add_column("reading")
-    for name, reading in signal_rows(snapshot, store):
+    for name, reading in signal_rows(snapshot):
         table.add_row(name, reading)
     for status in snapshot.sources:  # the plain line leaves these to the one-time warning
         if not status.up:
@@ -187,18 +195,18 @@ def live_table(snapshot: Snapshot, store: Store, listen_url: str | None) -> Tabl
     return table
 
 
-def plain_line(snapshot: Snapshot, store: Store) -> str:
+def render_line(snapshot: Snapshot) -> str:
     """One line per tick, for logs and terminals that are not interactive."""
     stamp = clock(snapshot.t)
-    readings = "; ".join(f"{name}: {reading}" for name, reading in signal_rows(snapshot, store))
+    readings = "; ".join(f"{name}: {reading}" for name, reading in signal_rows(snapshot))
     return f"{stamp} {snapshot.run}: {readings}"
 
 
-def summary(
-    snapshot: Snapshot, store: Store, findings: Iterable[Finding], reason: str, started: float
+def render_summary(
+    snapshot: Snapshot, findings: Iterable[Finding], reason: str, started: float
 ) -> str:
     """The report printed when monitoring ends; ``findings``: every kind reported in the run."""
-    r = _Reader(snapshot, store)
+    r = _Reader(snapshot)
     lines = [
         f"driftwatch: monitoring of {snapshot.run} (pid {snapshot.target.pid}) stopped: {reason}",
         f"  watched for {human_seconds(snapshot.t - started)}, {snapshot.ticks} samples",
@@ -250,3 +258,36 @@ _SUMMARY_LINES: dict[str, Callable[[_Reader, str], list[str]]] = {
     "step_seconds": _step_summary,
 }
 """How the summary reads each signal of ``WATCHED`` it shows: none, one or more lines."""
+
+
+class LiveView:
+    """A sink that shows each snapshot in a rich ``Live`` display (the caller's to start and
+    stop)."""
+
+    def __init__(self, live: Live, listen_url: str | None) -> None:
+        self._live = live
+        self._listen_url = listen_url
+
+    def publish(self, snapshot: Snapshot) -> None:
+        self._live.update(render_table(snapshot, self._listen_url), refresh=True)
+
+    def close(self, snapshot: Snapshot, ended: str) -> None:
+        """Nothing to do: the caller stops the display and prints the summary."""
+
+
+class PlainView:
+    """A sink that prints a ``render_line`` whenever ``every`` seconds of run time have
+    passed since the last one, however fast sampling goes."""
+
+    def __init__(self, every: float, file: TextIO | None = None) -> None:
+        self._every = every
+        self._file = file  # None: the sys.stdout of the moment
+        self._printed = -math.inf
+
+    def publish(self, snapshot: Snapshot) -> None:
+        if snapshot.t - self._printed >= self._every:
+            self._printed = snapshot.t
+            print(render_line(snapshot), file=self._file, flush=True)
+
+    def close(self, snapshot: Snapshot, ended: str) -> None:
+        """Nothing to do: the caller prints the summary."""

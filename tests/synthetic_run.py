@@ -11,9 +11,9 @@ import math
 from pathlib import Path
 
 from driftwatch.findings import Finding, Severity
-from driftwatch.history import History
-from driftwatch.monitor import Snapshot
+from driftwatch.history.writer import History
 from driftwatch.series import Sample
+from driftwatch.snapshot import Snapshot
 from driftwatch.store import Store
 from driftwatch.target import TargetInfo
 
@@ -69,11 +69,11 @@ def record(db: Path, run: str = "train", hours: float = HOURS) -> None:
     history = History(db, clock=lambda: START + hours * 3600)
     recorder = history.recorder(run, TARGET)
     store = Store()
-    snapshot = Snapshot(run, TARGET, START, 0)
+    snapshot = Snapshot(run, TARGET, START, 0, store=store)
     for tick in range(int(hours * 3600 / TICK) + 1):
         t = START + tick * TICK
         store.extend(samples_at(t))
-        snapshot = Snapshot(run, TARGET, t, tick + 1, findings=findings_at(t))
-        recorder.record(snapshot, store)
-    recorder.finish(snapshot, store, "process 4321 has exited")
+        snapshot = Snapshot(run, TARGET, t, tick + 1, findings=findings_at(t), store=store)
+        recorder.publish(snapshot)
+    recorder.close(snapshot, "process 4321 has exited")
     history.close()

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from driftwatch.history import HistoryReader, StoredBucket
+from driftwatch.history.reader import HistoryReader, StoredBucket
 from tests.conftest import TF_ENV
 
 pytestmark = pytest.mark.tf

@@ -37,7 +37,7 @@ from driftwatch.daemon.agent import Daemon
 from driftwatch.daemon.config import Config, load_config
 from driftwatch.daemon.discovery import SCAN_EVERY_TICKS, SWEEP_AFTER_SECONDS
 from driftwatch.errors import HistoryError, UsageError
-from driftwatch.history import HistoryReader, RunRecord
+from driftwatch.history.reader import HistoryReader, RunRecord
 from driftwatch.pidns import ProcessId, identify
 from tests.conftest import (
     CONTAINED_HOOK,

@@ -16,7 +16,7 @@ import textwrap
 import uuid
 from pathlib import Path
 
-from driftwatch.history import HistoryReader
+from driftwatch.history.reader import HistoryReader
 from tests.conftest import wait_for
 from tests.test_daemon import DaemonProcess
 

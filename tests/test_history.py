@@ -17,9 +17,12 @@ import pytest
 
 from driftwatch.errors import HistoryError, TargetGone
 from driftwatch.findings import Severity
-from driftwatch.history import History, HistoryReader, default_db_path
-from driftwatch.monitor import Monitor, Snapshot, watch
+from driftwatch.history.reader import HistoryReader
+from driftwatch.history.schema import default_db_path
+from driftwatch.history.writer import History
+from driftwatch.monitor import Monitor, watch
 from driftwatch.series import Sample
+from driftwatch.snapshot import Snapshot
 from driftwatch.store import Store
 from driftwatch.target import TargetInfo
 from tests import synthetic_run
@@ -98,12 +101,12 @@ def test_history_size_is_bounded_by_the_tiers(tmp_path: Path) -> None:
 def record_ticks(history: History, target: TargetInfo, times: list[float]) -> None:
     recorder = history.recorder("train", target)
     store = Store()
-    snapshot = Snapshot("train", target, times[0], 0)
+    snapshot = Snapshot("train", target, times[0], 0, store=store)
     for tick, t in enumerate(times):
         store.add(Sample("rss_bytes", 1e9 + tick, t))
-        snapshot = Snapshot("train", target, t, tick + 1)
-        recorder.record(snapshot, store)
-    recorder.finish(snapshot, store, "monitoring stopped")
+        snapshot = Snapshot("train", target, t, tick + 1, store=store)
+        recorder.publish(snapshot)
+    recorder.close(snapshot, "monitoring stopped")
 
 
 def test_a_restarted_monitor_resumes_the_run_of_the_same_process(tmp_path: Path) -> None:
@@ -183,8 +186,8 @@ def test_a_busy_database_defers_batches_but_never_blocks_a_tick(tmp_path: Path) 
         t = START + tick * TICK
         store.add(Sample("rss_bytes", float(tick), t))
         began = time.perf_counter()
-        snapshot = Snapshot("train", TARGET, t, tick + 1)
-        recorder.record(snapshot, store)
+        snapshot = Snapshot("train", TARGET, t, tick + 1, store=store)
+        recorder.publish(snapshot)
         slowest = max(slowest, time.perf_counter() - began)
     assert history.deferred > 0
     # A tick that waited for the lock would wait for the writer's 30-s busy timeout; the
@@ -192,7 +195,7 @@ def test_a_busy_database_defers_batches_but_never_blocks_a_tick(tmp_path: Path) 
     assert slowest < 1.0
     blocker.execute("ROLLBACK")
     blocker.close()
-    recorder.finish(snapshot, store, "monitoring stopped")
+    recorder.close(snapshot, "monitoring stopped")
     history.close()
     assert history.failed is None
     with sqlite3.connect(db) as conn:

@@ -12,7 +12,8 @@ from driftwatch import __version__
 from driftwatch.channel.paths import ensure_private_dir
 from driftwatch.channel.ring import ChannelWriter
 from driftwatch.channel.wire import RUNTIME_META, SERIES_META, Kind
-from driftwatch.history import History, HistoryReader
+from driftwatch.history.reader import HistoryReader
+from driftwatch.history.writer import History
 from driftwatch.monitor import Monitor
 from driftwatch.pidns import ProcessId
 from driftwatch.series import MAX_LABEL_SETS, MAX_LABEL_VALUE_CHARS

@@ -17,10 +17,10 @@ from driftwatch.monitor import (
     Cadence,
     FastSignals,
     Monitor,
-    Snapshot,
     watch,
 )
 from driftwatch.series import Sample
+from driftwatch.snapshot import Snapshot
 from driftwatch.store import Store
 from driftwatch.target import TargetInfo
 
@@ -191,6 +191,48 @@ def test_watch_returns_why_monitoring_ended_and_closes_sources() -> None:
     assert reason == "process 7 exited"
     assert len(seen) == 2
     assert source.closed == 1
+
+
+class RecordingSink:
+    def __init__(self, name: str, log: list[tuple[str, str, Snapshot]]) -> None:
+        self.name = name
+        self.log = log
+
+    def publish(self, snapshot: Snapshot) -> None:
+        self.log.append((self.name, "publish", snapshot))
+
+    def close(self, snapshot: Snapshot, ended: str) -> None:
+        self.log.append((self.name, f"close: {ended}", snapshot))
+
+
+def test_sinks_receive_each_snapshot_then_the_last_with_why_monitoring_ended() -> None:
+    source = ScriptedSource("process", "rss_bytes", [1.0, 2.0, TargetGone(7, "process 7 exited")])
+    log: list[tuple[str, str, Snapshot]] = []
+    monitor = Monitor(
+        "run",
+        INFO,
+        [source],
+        clock=Clock(),
+        recorder=RecordingSink("recorder", log),
+        sinks=[RecordingSink("view", log)],
+    )
+    watch(monitor, 0.01, threading.Event())
+    events = [(name, event, snapshot.ticks) for name, event, snapshot in log]
+    assert events == [
+        ("recorder", "publish", 1),
+        ("view", "publish", 1),
+        ("recorder", "publish", 2),
+        ("view", "publish", 2),
+        ("recorder", "publish", 3),  # the whole run judged once the target is gone
+        ("view", "publish", 3),
+        ("recorder", "close: process 7 exited", 3),
+        ("view", "close: process 7 exited", 3),
+    ]
+    assert log[-1][2] is monitor.snapshot
+    # Sinks read the run's histories through the snapshot.
+    history = monitor.snapshot.store.get(("rss_bytes", ()))
+    assert history is not None
+    assert (history.first, history.peak, history.count) == ((1002.0, 1.0), 2.0, 2)
 
 
 def test_watch_stops_when_asked() -> None:

@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 from driftwatch.findings import KINDS
-from driftwatch.history import History
+from driftwatch.history.writer import History
 from driftwatch.report.html import LINE_COLOURS
 from tests import synthetic_run
 from tests.conftest import REPO, run_cli

@@ -15,7 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from driftwatch.channel.paths import list_channels
-from driftwatch.history import HistoryReader
+from driftwatch.history.reader import HistoryReader
 from tests.conftest import EXAMPLES, TF_ENV, promtool_check_metrics, run_cli, wait_for
 
 RETRACING_LINE = (

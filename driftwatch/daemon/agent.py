@@ -43,8 +43,9 @@ from driftwatch.daemon.discovery import (
 from driftwatch.detect.catalog import default_engine
 from driftwatch.errors import TargetError, TargetGone, UsageError
 from driftwatch.findings import Finding
-from driftwatch.history import History
-from driftwatch.monitor import Cadence, Monitor, Pacer, Snapshot
+from driftwatch.history.writer import History
+from driftwatch.monitor import Cadence, Monitor, Pacer
+from driftwatch.snapshot import Snapshot
 from driftwatch.sources import default_sources
 from driftwatch.target import Target, default_run_name
 

@@ -21,8 +21,8 @@ from prometheus_client.exposition import make_wsgi_app
 from prometheus_client.registry import Collector
 
 from driftwatch import __version__
-from driftwatch.monitor import Snapshot
 from driftwatch.series import SERIES, Kind, Scope
+from driftwatch.snapshot import Snapshot
 
 RUN_LABEL = "run"
 COMMAND_LABEL_LIMIT = 200

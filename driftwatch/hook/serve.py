@@ -13,8 +13,9 @@ import threading
 from driftwatch.channel.ring import ChannelWriter, NullWriter
 from driftwatch.errors import DriftwatchError
 from driftwatch.export.http import TlsConfig, parse_listen
-from driftwatch.monitor import Monitor, Snapshot, watch
+from driftwatch.monitor import Monitor, watch
 from driftwatch.session import Session, SessionOptions
+from driftwatch.snapshot import Snapshot
 from driftwatch.sources import Source
 from driftwatch.sources.hook import HookSource
 from driftwatch.sources.process import ProcessSource

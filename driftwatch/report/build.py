@@ -9,7 +9,7 @@ from collections.abc import Callable
 import numpy as np
 
 from driftwatch.detect.stats import theil_sen
-from driftwatch.history import HistoryReader, StoredBucket
+from driftwatch.history.reader import HistoryReader, StoredBucket
 from driftwatch.report.model import Line, Panel, Point, Report, SeriesSummary, Trend
 from driftwatch.series import WATCHED, Labels, SeriesKey
 from driftwatch.units import human_bytes, human_seconds

@@ -13,7 +13,7 @@ from html import escape
 
 from driftwatch import __version__
 from driftwatch.findings import KINDS, Severity
-from driftwatch.history import StoredFinding
+from driftwatch.history.reader import StoredFinding
 from driftwatch.report.model import Line, Panel, Report
 from driftwatch.units import human_seconds, local_time
 

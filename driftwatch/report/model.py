@@ -7,7 +7,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from driftwatch.history import RunRecord, StoredFinding
+from driftwatch.history.reader import RunRecord, StoredFinding
 from driftwatch.series import Labels
 from driftwatch.units import human_bytes, human_seconds
 

@@ -1,11 +1,13 @@
-"""The embedded history: each run's metadata, downsampled series and findings, in SQLite.
+"""Writing the history: one ``History`` (a writer thread) per database, one ``RunRecorder``
+(a monitor's sink) per run being watched.
 
 One database serves any number of runs at once (``attach`` and ``run`` record one, the
-daemon one per target). A monitor hands each tick to its run's ``RunRecorder``, which turns
-what changed in the store's downsampled tiers and in the findings into a batch and offers it
-to a bounded queue without waiting; one writer thread per database commits the batches, many
-to a transaction. When the queue is full the recorder keeps its place and sends the same
-rows with its next batch, so a slow disk delays the history but never blocks a tick.
+daemon one per target). A monitor publishes each tick to its run's ``RunRecorder``, which
+turns what changed in the store's downsampled tiers and in the findings into a batch and
+offers it to a bounded queue without waiting; one writer thread per database commits the
+batches, many to a transaction. When the queue is full the recorder keeps its place and
+sends the same rows with its next batch, so a slow disk delays the history but never blocks
+a tick.
 
 A run is the process it watches, ``(host, pid, create_time)``: the identity ``Target``
 already uses to tell a reused PID. A restarted ``attach`` or daemon finds that row and
@@ -33,122 +35,29 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from driftwatch import __version__
 from driftwatch.errors import HistoryError
-from driftwatch.findings import Finding, Severity, worst_per_kind
+from driftwatch.findings import Finding, worst_per_kind
+from driftwatch.history.schema import connect_for_writing
 from driftwatch.series import Labels, SeriesKey
-from driftwatch.store import DEFAULT_TIERS, Bucket, Store, TierSpec
+from driftwatch.snapshot import Snapshot
+from driftwatch.store import DEFAULT_TIERS, Bucket, StoreView, TierSpec
 from driftwatch.target import TargetInfo
 from driftwatch.units import human_bytes
 
-if TYPE_CHECKING:
-    from driftwatch.monitor import Snapshot
-
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
 DEFAULT_RETENTION = 28 * 86400.0
+"""Seconds a run not seen since is kept (28 days)."""
 FLUSH_SECONDS = 5.0
 """How often a recorder sends a batch: the most a SIGKILL can lose."""
 QUEUE_BATCHES = 256
+"""Batches the writer's queue holds; beyond, recorders defer theirs."""
 PRUNE_SECONDS = 600.0
 """How often (in run time) the writer drops a run's fine buckets that aged out."""
 PRUNE_RUNS_SECONDS = 3600.0
 """How often (wall-clock) the writer deletes runs older than the retention."""
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-    id INTEGER PRIMARY KEY,
-    name TEXT NOT NULL,
-    host TEXT NOT NULL,
-    pid INTEGER NOT NULL,
-    create_time REAL NOT NULL,  -- the process's start, unix seconds
-    command TEXT NOT NULL,      -- JSON list, values of secret-looking flags redacted
-    user TEXT NOT NULL,
-    meta TEXT NOT NULL,         -- JSON object: versions of driftwatch, Python, TF, Keras
-    first_seen REAL NOT NULL,
-    last_seen REAL NOT NULL,
-    ended TEXT                  -- why monitoring last ended; NULL while watched or if killed
-);
-CREATE INDEX IF NOT EXISTS runs_process ON runs (host, pid, create_time);
-CREATE TABLE IF NOT EXISTS series (
-    id INTEGER PRIMARY KEY,
-    run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
-    name TEXT NOT NULL,
-    labels TEXT NOT NULL,       -- JSON object
-    UNIQUE (run_id, name, labels)
-);
--- One row of a store tier; NULL stands for NaN.
-CREATE TABLE IF NOT EXISTS buckets (
-    series_id INTEGER NOT NULL REFERENCES series (id) ON DELETE CASCADE,
-    width REAL NOT NULL,
-    start REAL NOT NULL,
-    count INTEGER NOT NULL,
-    mean REAL, min REAL, max REAL, last REAL,
-    PRIMARY KEY (series_id, width, start)
-) WITHOUT ROWID;
--- Each kind of finding once per run: first seen, last seen, latest state.
-CREATE TABLE IF NOT EXISTS findings (
-    run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
-    kind TEXT NOT NULL,
-    severity TEXT NOT NULL,
-    since REAL NOT NULL,
-    first_seen REAL NOT NULL,
-    last_seen REAL NOT NULL,
-    message TEXT NOT NULL,
-    evidence TEXT NOT NULL,     -- JSON object
-    PRIMARY KEY (run_id, kind)
-);
--- When a kind started holding, changed severity, or stopped (severity NULL).
-CREATE TABLE IF NOT EXISTS finding_changes (
-    run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
-    kind TEXT NOT NULL,
-    t REAL NOT NULL,
-    severity TEXT
-);
-CREATE INDEX IF NOT EXISTS finding_changes_run ON finding_changes (run_id, t);
-"""
-
-
-def default_db_path(environ: dict[str, str] | None = None) -> Path:
-    """``$XDG_DATA_HOME/driftwatch/history.db``, else ``~/.local/share/driftwatch/history.db``."""
-    env = os.environ if environ is None else environ
-    base = env.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-    return Path(base) / "driftwatch" / "history.db"
-
-
-def _connect(path: Path, *, read_only: bool) -> sqlite3.Connection:
-    """A connection with driftwatch's settings; ``HistoryError`` for anything unusable."""
-    try:
-        if read_only:
-            if not path.is_file():
-                raise HistoryError(f"no history at {path} (attach and run record one)")
-            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        # Another driftwatch may be writing the same file; the writer thread can afford to wait.
-        conn.execute(f"PRAGMA busy_timeout = {5000 if read_only else 30000}")
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version > SCHEMA_VERSION:
-            raise HistoryError(f"history {path} was written by a newer driftwatch")
-        if not read_only:
-            conn.execute("PRAGMA foreign_keys = ON")
-            if version == 0:
-                conn.execute("PRAGMA auto_vacuum = INCREMENTAL")  # before the first table
-                conn.execute("PRAGMA journal_mode = WAL")
-                # IF NOT EXISTS: another driftwatch may be creating it at the same time.
-                conn.executescript(f"BEGIN; {_SCHEMA} PRAGMA user_version = 1; COMMIT;")
-            conn.execute("PRAGMA synchronous = NORMAL")  # WAL: durable at checkpoints
-        elif version == 0:
-            raise HistoryError(f"{path} holds no driftwatch history")
-    except sqlite3.Error as err:
-        raise HistoryError(f"cannot use the history {path}: {err}") from err
-    except OSError as err:
-        raise HistoryError(f"cannot use the history {path}: {err.strerror}") from err
-    return conn
 
 
 def _likely_cause(path: Path) -> str:
@@ -205,7 +114,7 @@ class History:
             t.width_seconds: t.history_seconds for t in tiers if math.isfinite(t.history_seconds)
         }
         self._clock = clock
-        self._conn = _connect(path, read_only=False)
+        self._conn = connect_for_writing(path)
         self._queue: queue.Queue[_Batch | object] = queue.Queue(QUEUE_BATCHES)
         # Ids of the runs being watched and of their series; forgotten when a run ends, so a
         # daemon that sees many processes come and go keeps only the live ones.
@@ -400,7 +309,8 @@ class History:
 
 
 class RunRecorder:
-    """Turns one run's ticks into batches for its ``History``; never blocks, never raises."""
+    """A monitor's sink: turns one run's snapshots into batches for its ``History``; never
+    blocks a tick, never raises."""
 
     def __init__(self, history: History, run: str, target: TargetInfo) -> None:
         self._history = history
@@ -413,15 +323,15 @@ class RunRecorder:
         self._next_send = -math.inf
         self._meta_sent = False
 
-    def record(self, snapshot: Snapshot, store: Store) -> None:
+    def publish(self, snapshot: Snapshot) -> None:
         """Note the tick's findings; every ``FLUSH_SECONDS`` of run time, send a batch."""
         self._note_findings(snapshot)
         if snapshot.t >= self._next_send:
-            self._send(snapshot.t, store, None)
+            self._send(snapshot.t, snapshot.store, None)
 
-    def finish(self, snapshot: Snapshot, store: Store, ended: str) -> None:
+    def close(self, snapshot: Snapshot, ended: str) -> None:
         """Send everything up to the last tick, with why monitoring ended (may wait)."""
-        self._send(snapshot.t, store, ended)
+        self._send(snapshot.t, snapshot.store, ended)
 
     def _note_findings(self, snapshot: Snapshot) -> None:
         now = snapshot.t
@@ -436,7 +346,7 @@ class RunRecorder:
             del self._holding[kind]
             self._changes.append((kind, now, None))
 
-    def _send(self, now: float, store: Store, ended: str | None) -> None:
+    def _send(self, now: float, store: StoreView, ended: str | None) -> None:
         if self._history.failed is not None:
             return
         buckets: list[tuple[str, str, float, Bucket]] = []
@@ -474,153 +384,3 @@ class RunRecorder:
 
 def _labels_json(labels: Labels) -> str:
     return json.dumps(dict(labels), sort_keys=True)
-
-
-@dataclass(frozen=True, slots=True)
-class RunRecord:
-    """A run as the history knows it."""
-
-    id: int
-    name: str
-    host: str
-    pid: int
-    create_time: float
-    command: list[str]
-    user: str
-    meta: dict[str, str]
-    first_seen: float
-    last_seen: float
-    ended: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class StoredBucket:
-    """One bucket of a tier, as stored; NaN where the store had no finite value."""
-
-    start: float
-    width: float
-    count: float
-    mean: float
-    min: float
-    max: float
-    last: float
-
-
-@dataclass(frozen=True, slots=True)
-class StoredFinding:
-    kind: str
-    severity: Severity  # the latest
-    since: float
-    first_seen: float
-    last_seen: float
-    message: str
-    evidence: dict[str, float | str]
-    changes: list[tuple[float, Severity | None]]  # when it started, changed, stopped (None)
-
-
-class HistoryReader:
-    """Read-only access to a history database, for ``driftwatch report``."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._conn = _connect(path, read_only=True)
-
-    def _query(self, sql: str, *args: object) -> list[sqlite3.Row]:
-        try:
-            return self._conn.execute(sql, args).fetchall()
-        except sqlite3.Error as err:
-            raise HistoryError(f"cannot read the history {self.path}: {err}") from err
-
-    def runs(self) -> list[RunRecord]:
-        """Every run, the one whose process started last first."""
-        rows = self._query(
-            "SELECT id, name, host, pid, create_time, command, user, meta, first_seen, "
-            "last_seen, ended FROM runs ORDER BY create_time DESC, id DESC"
-        )
-        return [
-            RunRecord(
-                id=row[0],
-                name=row[1],
-                host=row[2],
-                pid=row[3],
-                create_time=row[4],
-                command=json.loads(row[5]),
-                user=row[6],
-                meta=json.loads(row[7]),
-                first_seen=row[8],
-                last_seen=row[9],
-                ended=row[10],
-            )
-            for row in rows
-        ]
-
-    def run(self, selector: str | None) -> RunRecord:
-        """The run numbered ``selector``, else the latest named so; the latest run if ``None``."""
-        runs = self.runs()
-        if not runs:
-            raise HistoryError(f"the history {self.path} holds no runs yet")
-        if selector is None:
-            return runs[0]
-        for run in runs:
-            if str(run.id) == selector:
-                return run
-        for run in runs:
-            if run.name == selector:
-                return run
-        names = ", ".join(sorted({r.name for r in runs}))
-        raise HistoryError(f"no run {selector!r} in {self.path} (it has: {names})")
-
-    def series(self, run_id: int) -> dict[SeriesKey, list[StoredBucket]]:
-        """Each series of the run over its whole span, at the finest resolution kept.
-
-        The coarser tiers fill in only before the finer ones begin.
-        """
-        tiers: dict[SeriesKey, dict[float, list[StoredBucket]]] = {}
-        for name, labels, *row in self._query(
-            "SELECT s.name, s.labels, b.start, b.width, b.count, b.mean, b.min, b.max, b.last "
-            "FROM buckets b JOIN series s ON s.id = b.series_id WHERE s.run_id = ? "
-            "ORDER BY s.name, s.labels, b.width, b.start",
-            run_id,
-        ):
-            key = (name, tuple(sorted(json.loads(labels).items())))
-            start, width, count, mean, low, high, last = (
-                math.nan if v is None else float(v) for v in row
-            )
-            bucket = StoredBucket(start, width, count, mean, low, high, last)
-            tiers.setdefault(key, {}).setdefault(bucket.width, []).append(bucket)
-        stitched: dict[SeriesKey, list[StoredBucket]] = {}
-        for key, by_width in tiers.items():
-            merged: list[StoredBucket] = []
-            for width in sorted(by_width):  # finest first, each coarser one before it
-                boundary = merged[0].start if merged else math.inf
-                merged[:0] = [b for b in by_width[width] if b.start + width <= boundary]
-            stitched[key] = merged
-        return stitched
-
-    def findings(self, run_id: int) -> list[StoredFinding]:
-        """Every kind of finding the run had, in the order they were first seen."""
-        changes: dict[str, list[tuple[float, Severity | None]]] = {}
-        for kind, t, severity in self._query(
-            "SELECT kind, t, severity FROM finding_changes WHERE run_id = ? ORDER BY t", run_id
-        ):
-            changes.setdefault(kind, []).append((t, Severity(severity) if severity else None))
-        return [
-            StoredFinding(
-                kind,
-                Severity(severity),
-                since,
-                first_seen,
-                last_seen,
-                message,
-                json.loads(evidence),
-                changes.get(kind, []),
-            )
-            for kind, severity, since, first_seen, last_seen, message, evidence in self._query(
-                "SELECT kind, severity, since, first_seen, last_seen, message, evidence "
-                "FROM findings WHERE run_id = ? ORDER BY first_seen, kind",
-                run_id,
-            )
-        ]
-
-    def close(self) -> None:
-        self._conn.close()

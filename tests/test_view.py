@@ -1,0 +1,72 @@
+"""The live view and the plain line are sinks that read the snapshot alone."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+from rich.live import Live
+
+from driftwatch.series import Sample
+from driftwatch.snapshot import Snapshot
+from driftwatch.store import Store
+from driftwatch.view import LiveView, PlainView, render_summary
+from tests.test_monitor import INFO
+
+MIB = 2**20
+START = 1_750_000_000.0
+
+
+def snapshots(store: Store, times: list[float]) -> list[Snapshot]:
+    """A run whose RSS grows 1 MiB a sample, each snapshot reading ``store`` as it grows."""
+    taken = []
+    for tick, t in enumerate(times):
+        rss = (100 + tick) * MIB
+        store.add(Sample("rss_bytes", rss, t))
+        taken.append(Snapshot("train", INFO, t, tick + 1, {("rss_bytes", ()): rss}, store=store))
+    return taken
+
+
+def test_the_plain_view_prints_a_line_per_interval_however_fast_sampling_goes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    view = PlainView(every=1.8)
+    for snapshot in snapshots(Store(), [START + i * 0.5 for i in range(9)]):
+        view.publish(snapshot)
+    view.close(snapshot, "monitoring stopped")
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3  # at 0, 2 and 4 seconds
+    assert [line.split(": RSS: ")[1].split(" (")[0] for line in lines] == [
+        "100.0 MiB",
+        "104.0 MiB",
+        "108.0 MiB",
+    ]
+
+
+def test_the_live_view_shows_each_snapshot_with_where_metrics_are_served() -> None:
+    out = io.StringIO()
+    console = Console(file=out, width=120, force_terminal=False)
+    with Live(console=console, auto_refresh=False) as live:
+        view = LiveView(live, "http://127.0.0.1:9184/metrics")
+        for snapshot in snapshots(Store(), [START, START + 1]):
+            view.publish(snapshot)
+        view.close(snapshot, "monitoring stopped")
+    shown = out.getvalue()
+    assert "driftwatch · train · pid 1234" in shown
+    assert "101.0 MiB" in shown
+    assert "http://127.0.0.1:9184/metrics" in shown
+
+
+def test_the_summary_reads_the_runs_histories_through_the_snapshot() -> None:
+    last = snapshots(Store(), [START + i for i in range(5)])[-1]
+    text = render_summary(last, [], "process 1234 has exited", START)
+    assert "RSS: 100.0 MiB at start, peak 104.0 MiB, 104.0 MiB at the end" in text
+    assert "findings: none" in text
+    without_history = render_summary(
+        Snapshot("train", INFO, last.t, last.ticks, last.values),
+        [],
+        "process 1234 has exited",
+        START,
+    )
+    assert "RSS:" not in without_history
