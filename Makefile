@@ -33,11 +33,13 @@ lint: $(VENV)/.installed
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-# Tests marked tf train real models and some judge their speed: they run one at a time,
-# after the rest, so no other test competes with them for the two cores.
+# Tests marked tf train real models, after the rest. Those judged on step times run one at
+# a time, so no other test competes with them for the two cores; those judged on memory,
+# event files or NaNs only (marked paired) run two at once.
 test: $(VENV)/.installed system-deps
 	$(BIN)/pytest -n 2 -m "not tf" $(PYTEST_ARGS)
-	$(BIN)/pytest -m tf $(PYTEST_ARGS)
+	$(BIN)/pytest -n 2 -m "tf and paired" $(PYTEST_ARGS)
+	$(BIN)/pytest -m "tf and not paired" --durations=10 $(PYTEST_ARGS)
 
 check: lint test
 

@@ -17,6 +17,18 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "driftwatch" / "examples"
+UNTIMED_KINDS = frozenset(
+    {
+        "host_memory_drift",
+        "tf_memory_drift",
+        "event_file_growth",
+        "event_file_unrotated",
+        "nonfinite",
+    }
+)
+"""Finding kinds judged on how much memory or event files grew, or on NaNs, never on step
+times: a test that expects or forbids only these may share the machine with another
+(``paired``)."""
 TF_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"}
 
 

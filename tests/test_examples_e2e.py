@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import EXAMPLES, TF_ENV
+from tests.conftest import EXAMPLES, TF_ENV, UNTIMED_KINDS
 
 pytestmark = pytest.mark.tf
 
@@ -33,6 +33,11 @@ class Scenario:
 
     def __str__(self) -> str:
         return self.example
+
+    def param(self) -> Any:
+        """The scenario as a test parameter, ``paired`` when judged on untimed kinds only."""
+        paired = self.kinds and self.kinds <= UNTIMED_KINDS
+        return pytest.param(self, marks=[pytest.mark.paired] if paired else [], id=self.example)
 
 
 def leak(example: str, *leak_classes: str, advice: str = "") -> Scenario:
@@ -100,7 +105,7 @@ def described(findings: list[dict[str, Any]]) -> str:
     return "; ".join(f"[{f['severity']}] {f['kind']}: {f['evidence']}" for f in findings)
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=str)
+@pytest.mark.parametrize("scenario", [scenario.param() for scenario in SCENARIOS])
 def test_a_broken_example_is_caught(scenario: Scenario, tmp_path: Path) -> None:
     findings = run_example(scenario, tmp_path)
     caught = [f for f in findings if f["kind"] in scenario.kinds]

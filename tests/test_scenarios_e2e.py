@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, TF_ENV
+from tests.conftest import REPO, TF_ENV, UNTIMED_KINDS
 
 pytestmark = pytest.mark.tf
 
@@ -41,7 +41,12 @@ class Verdict:
     def param(self) -> Any:
         """The verdict as a test parameter: a known miss is a strict xfail, so the test says
         when driftwatch starts getting it right."""
-        marks = [pytest.mark.xfail(strict=True, reason=self.missed)] if self.missed else []
+        if self.missed:
+            marks = [pytest.mark.xfail(strict=True, reason=self.missed)]
+        elif self.kinds and self.kinds | self.forbidden <= UNTIMED_KINDS:
+            marks = [pytest.mark.paired]
+        else:
+            marks = []
         return pytest.param(self, marks=marks, id=self.name)
 
 
