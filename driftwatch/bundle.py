@@ -7,6 +7,7 @@ The files live in ``driftwatch/assets/`` so that a pip-installed driftwatch has 
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
@@ -76,3 +77,13 @@ def write(assets: list[Asset], directory: Path) -> list[Path]:
     except OSError as err:
         raise UsageError(f"--output {directory}: cannot write: {err.strerror}") from err
     return written
+
+
+def deliver(assets: list[Asset], output: Path | None) -> None:
+    """Print the one asset, or write them all into ``output`` and say where."""
+    if output is not None:
+        for path in write(assets, output):
+            print(path)
+        return
+    (asset,) = assets
+    sys.stdout.write(asset.text)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import signal
 import sys
-import tempfile
 import threading
 from collections.abc import Sequence
 from functools import partial
@@ -18,13 +17,12 @@ from driftwatch import __version__, bundle
 from driftwatch.analyze import analyze as analyze_path
 from driftwatch.daemon.agent import Daemon
 from driftwatch.daemon.config import load_config
-from driftwatch.demo import DEFAULT_EXAMPLE, examples, find_example
+from driftwatch.demo import DEFAULT_EXAMPLE, examples, find_example, run_demo
 from driftwatch.doctor import run_checks
 from driftwatch.errors import DriftwatchError, UsageError
-from driftwatch.export.http import DEFAULT_HOST, parse_listen
+from driftwatch.export.http import DEFAULT_HOST
 from driftwatch.history.reader import HistoryReader
 from driftwatch.history.schema import default_db_path
-from driftwatch.monitor import check_interval
 from driftwatch.options import (
     DbOption,
     IntervalOption,
@@ -137,22 +135,7 @@ def demo(
         for known in examples():
             print(f"{known.name:<26} {known.summary}")
         return
-    chosen = find_example(example)
-    workdir = Path(tempfile.mkdtemp(prefix=f"driftwatch-demo-{chosen.name}-"))
-    logs = workdir / "logs"
-    logs.mkdir()
-    findings, db = workdir / "findings.jsonl", workdir / "history.db"
-    watch = WatchOptions(check_interval(interval), [logs], chosen.name)
-    serve = SessionOptions(*parse_listen(listen), findings, db)
-    code = watch_job(chosen.command(logs), watch, serve, hook=True, cpu_allocator_stats=True)
-    page = workdir / "report.html"
-    reader = HistoryReader(db)
-    try:
-        page.write_text(render_html(build_report(reader, None)), encoding="utf-8")
-    finally:
-        reader.close()
-    print(f"findings: {findings}\nreport: {page}\nlogs: {logs}")
-    raise typer.Exit(code)
+    raise typer.Exit(run_demo(find_example(example), interval, listen))
 
 
 @app.command()
@@ -257,16 +240,6 @@ OutputOption = Annotated[
 ]
 
 
-def _deliver(assets: list[bundle.Asset], output: Path | None) -> None:
-    """Print the one asset, or write them all into ``output`` and say where."""
-    if output is not None:
-        for path in bundle.write(assets, output):
-            print(path)
-        return
-    (asset,) = assets
-    sys.stdout.write(asset.text)
-
-
 @app.command()
 def rules(
     output: OutputOption = None,
@@ -275,7 +248,7 @@ def rules(
     ] = False,
 ) -> None:
     """Print driftwatch's Prometheus recording and alerting rules."""
-    _deliver([bundle.prometheus_rule() if kubernetes else bundle.rules()], output)
+    bundle.deliver([bundle.prometheus_rule() if kubernetes else bundle.rules()], output)
 
 
 @app.command()
@@ -292,7 +265,7 @@ def dashboards(
         raise UsageError(f"name a dashboard to print ({choices}), or write all with --output DIR")
     if name is not None and name not in found:
         raise UsageError(f"no dashboard {name!r}: choose one of {choices}")
-    _deliver([found[name]] if name is not None else list(found.values()), output)
+    bundle.deliver([found[name]] if name is not None else list(found.values()), output)
 
 
 def main() -> None:

@@ -10,10 +10,17 @@ from __future__ import annotations
 
 import ast
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from driftwatch.errors import UsageError
+from driftwatch.export.http import parse_listen
+from driftwatch.history.reader import HistoryReader
+from driftwatch.monitor import check_interval
+from driftwatch.report.build import build as build_report
+from driftwatch.report.html import render as render_html
+from driftwatch.session import SessionOptions, WatchOptions, watch_job
 
 EXAMPLES_DIR = Path(__file__).resolve().parent / "examples"
 """Where the examples are: beside this module, in the installed package."""
@@ -57,3 +64,23 @@ def find_example(name: str, directory: Path = EXAMPLES_DIR) -> Example:
             return example
     names = ", ".join(example.name for example in known)
     raise UsageError(f"no example {name!r}; there are: {names}")
+
+
+def run_demo(example: Example, interval: float, listen: str) -> int:
+    """Run ``example`` under driftwatch in a fresh directory (its logs, findings, history and
+    HTML report), say where they are; the example's exit code."""
+    workdir = Path(tempfile.mkdtemp(prefix=f"driftwatch-demo-{example.name}-"))
+    logs = workdir / "logs"
+    logs.mkdir()
+    findings, db = workdir / "findings.jsonl", workdir / "history.db"
+    watch = WatchOptions(check_interval(interval), [logs], example.name)
+    serve = SessionOptions(*parse_listen(listen), findings, db)
+    code = watch_job(example.command(logs), watch, serve, hook=True, cpu_allocator_stats=True)
+    page = workdir / "report.html"
+    reader = HistoryReader(db)
+    try:
+        page.write_text(render_html(build_report(reader, None)), encoding="utf-8")
+    finally:
+        reader.close()
+    print(f"findings: {findings}\nreport: {page}\nlogs: {logs}")
+    return code
