@@ -39,6 +39,8 @@ def clock(t: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(t))
 
 
+MIB = 1 << 20
+"""Bytes in a mebibyte."""
 DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 
 

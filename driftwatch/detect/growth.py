@@ -13,10 +13,7 @@ from driftwatch.detect import Detector, Evaluation
 from driftwatch.detect.windows import WindowMeans
 from driftwatch.findings import Finding, Severity
 from driftwatch.series import Sample
-from driftwatch.units import clock, human_bytes, human_seconds
-
-MIB = 1 << 20
-"""Bytes in a mebibyte."""
+from driftwatch.units import MIB, clock, human_bytes, human_seconds
 
 
 class PerStepGrowthDetector:

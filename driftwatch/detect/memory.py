@@ -29,7 +29,6 @@ import numpy as np
 from driftwatch.detect import Evaluation
 from driftwatch.detect.memory_trends import (
     DEFAULT_THRESHOLDS,
-    MIB,
     MIN_READINGS,
     RAPID_EVEN,
     RAPID_MAX_WIDTH,
@@ -44,7 +43,7 @@ from driftwatch.detect.stats import mann_kendall, theil_sen
 from driftwatch.detect.windows import WindowMeans
 from driftwatch.findings import Finding, Severity
 from driftwatch.series import Labels, Sample
-from driftwatch.units import clock, human_bytes, human_seconds
+from driftwatch.units import MIB, clock, human_bytes, human_seconds
 
 CONCLUDE_MIN_POINTS = 3
 """Window floors since start-up (the open one included) a run's end needs to state growth."""

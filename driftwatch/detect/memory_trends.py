@@ -15,9 +15,8 @@ import numpy as np
 
 from driftwatch.detect.stats import level_jumps, mann_kendall, theil_sen
 from driftwatch.detect.windows import WindowMeans
+from driftwatch.units import MIB
 
-MIB = 1 << 20
-"""Bytes in a mebibyte."""
 SCALES_SECONDS = (1.5, 2.0, 20.0, 120.0, 600.0)
 """Window widths, in seconds, at which each memory signal is judged."""
 

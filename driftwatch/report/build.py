@@ -10,7 +10,7 @@ import numpy as np
 
 from driftwatch.detect.stats import theil_sen
 from driftwatch.history.reader import HistoryReader, StoredBucket
-from driftwatch.report.model import Line, Panel, Point, Report, SeriesSummary, Trend
+from driftwatch.report.model import Line, Panel, Point, Report, SeriesSummary, TrendLine
 from driftwatch.series import WATCHED, Labels, SeriesKey
 from driftwatch.units import human_bytes, human_seconds
 
@@ -92,7 +92,7 @@ def _binned(points: list[Point], bins: int) -> list[Point]:
     return binned
 
 
-def _fit(points: list[Point], start: float) -> Trend | None:
+def _fit(points: list[Point], start: float) -> TrendLine | None:
     """Theil-Sen line through the points from ``start`` on; ``None`` with too few."""
     kept = [p for p in points if p[0] >= start and math.isfinite(p[1])]
     if len(kept) < 3:
@@ -102,7 +102,7 @@ def _fit(points: list[Point], start: float) -> Trend | None:
     slope, intercept = theil_sen([p[0] for p in kept], [p[1] for p in kept])
     if not math.isfinite(slope):
         return None
-    return Trend(slope, intercept, kept[0][0], kept[-1][0], kept[-1][0])
+    return TrendLine(slope, intercept, kept[0][0], kept[-1][0], kept[-1][0])
 
 
 def _step_line(buckets: list[StoredBucket]) -> Line:
@@ -133,7 +133,7 @@ def _memory_line(label: str, buckets: list[StoredBucket], limit: float | None) -
         note += f"; at this rate it reaches {human_bytes(limit)} in {human_seconds(reaches - t1)}"
         if reaches <= ahead:
             ahead, shown_limit = max(reaches, t1), limit
-    trend = Trend(fit.slope, fit.intercept, fit.start, fit.end, ahead)
+    trend = TrendLine(fit.slope, fit.intercept, fit.start, fit.end, ahead)
     return Line(label, segments, trend, shown_limit, note)
 
 

@@ -15,7 +15,7 @@ Point = tuple[float, float]
 
 
 @dataclass(frozen=True, slots=True)
-class Trend:
+class TrendLine:
     """A straight line ``value = slope * t + intercept`` fitted over ``[start, end]``."""
 
     slope: float  # units per second
@@ -32,7 +32,7 @@ class Trend:
 class Line:
     label: str
     segments: list[list[Point]]  # bucket means at bucket centres; NaN: a bucket had none
-    trend: Trend | None = None
+    trend: TrendLine | None = None
     limit: float | None = None  # the value the projection runs into, when it does in view
     note: str = ""  # the trend or projection in words
 

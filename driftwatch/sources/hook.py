@@ -12,7 +12,7 @@ from pathlib import Path
 
 from driftwatch.channel.paths import ChannelError
 from driftwatch.channel.ring import ChannelReader, Record
-from driftwatch.channel.wire import RUNTIME_META, SERIES_META, Kind
+from driftwatch.channel.wire import RUNTIME_META, SERIES_META, VALUE_SERIES, Kind
 from driftwatch.series import (
     MAX_LABEL_SETS,
     RUNTIME_LABELS,
@@ -94,17 +94,16 @@ class HookSource:
         samples: list[Sample] = []
         last_step = None
         for record in records:
-            if record.kind == Kind.STEP:
-                samples.append(Sample("step_seconds", record.a, record.t))
-                samples.append(Sample("step_gap_seconds", record.b, record.t))
-                last_step = record
-            elif record.kind == Kind.VALUE:
+            if record.kind == Kind.VALUE:
                 series = self._series_at(reader, record.key)
                 if series is not None:
                     samples.append(Sample(series[0], record.a, record.t, series[1]))
-            elif record.kind == Kind.EPOCH:
-                samples.append(Sample("epoch_seconds", record.a, record.t))
-                samples.append(Sample("validation_seconds", record.b, record.t))
+                continue
+            if record.kind == Kind.STEP:
+                last_step = record
+            if (names := VALUE_SERIES.get(record.kind)) is not None:
+                samples.append(Sample(names[0], record.a, record.t))
+                samples.append(Sample(names[1], record.b, record.t))
         if last_step is not None:
             samples.append(Sample("train_step", float(last_step.key), now))
             samples.append(Sample("step_timestamp", last_step.t, now))
