@@ -79,16 +79,7 @@ def whole_run_step(levels: list[tuple[float, float]]) -> Evaluation:
         "mixed-precision switch, another job on the same device or host, a throttled disk "
         "or network."
     )
-    evidence: dict[str, float | str] = {
-        "ratio": ratio,
-        "baseline_step_seconds": first,
-        "current_step_seconds": last,
-        "onset": since,
-        "judged_at_end": "whole run",
-    }
-    severity = Severity.CRITICAL if ratio >= 2 else Severity.WARNING
-    finding = Finding("abrupt_slowdown", severity, since, message, evidence)
-    return Evaluation(score, (finding,))
+    return _judged("abrupt_slowdown", score, since, message, first, last)
 
 
 def whole_run_rise(levels: list[tuple[float, float]]) -> Evaluation:
@@ -114,6 +105,14 @@ def whole_run_rise(levels: list[tuple[float, float]]) -> Evaluation:
         "pipeline or cache that degrades, retracing or memory pressure. Compare a py-spy "
         "or TF Profiler trace from late in the run with one from its start."
     )
+    return _judged("gradual_slowdown", score, since, message, first, last)
+
+
+def _judged(
+    kind: str, score: float, since: float, message: str, first: float, last: float
+) -> Evaluation:
+    """A finding of the run's end: from ``first`` to ``last`` seconds a step since ``since``."""
+    ratio = last / first
     evidence: dict[str, float | str] = {
         "ratio": ratio,
         "baseline_step_seconds": first,
@@ -122,8 +121,7 @@ def whole_run_rise(levels: list[tuple[float, float]]) -> Evaluation:
         "judged_at_end": "whole run",
     }
     severity = Severity.CRITICAL if ratio >= 2 else Severity.WARNING
-    finding = Finding("gradual_slowdown", severity, since, message, evidence)
-    return Evaluation(score, (finding,))
+    return Evaluation(score, (Finding(kind, severity, since, message, evidence),))
 
 
 def evaluation_ratio(evaluation: Evaluation) -> float:
