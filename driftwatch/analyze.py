@@ -30,7 +30,7 @@ from typing import Any
 from driftwatch.detect import Engine
 from driftwatch.detect.catalog import default_engine
 from driftwatch.errors import DriftwatchError
-from driftwatch.findings import Finding, Severity
+from driftwatch.findings import KINDS, Finding
 from driftwatch.series import SERIES, Sample
 from driftwatch.sources.eventfiles import replay_logdir
 from driftwatch.units import human_seconds, local_time
@@ -199,7 +199,7 @@ def _gap_finding(before: _Part, after: _Part) -> Finding:
         f"before it and the {after.describe()} after it are judged as runs of their own."
     )
     evidence = {"gap_seconds": length, "resumed_at": after.start}
-    return Finding("recording_gap", Severity.INFO, before.end, message, evidence)
+    return Finding("recording_gap", KINDS["recording_gap"].severity, before.end, message, evidence)
 
 
 def _resumed(observe: Callable[[Sample], None], start: float) -> Callable[[Sample], None]:

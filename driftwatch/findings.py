@@ -78,6 +78,10 @@ class Finding:
     message: str  # what, since when, how fast, the likely cause and what to try
     evidence: Mapping[str, float | str] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"{self.kind!r} is no kind of finding: give it a row in KINDS")
+
     @property
     def diagnosis(self) -> Diagnosis:
         """What a reader acts on: the severity and the evidence that names things (a leak's

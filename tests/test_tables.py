@@ -7,6 +7,8 @@ import ast
 import dataclasses
 from pathlib import Path
 
+import pytest
+
 import driftwatch
 from driftwatch.findings import KINDS, Finding, Severity
 from driftwatch.report.build import _PANELS
@@ -104,9 +106,10 @@ def test_every_kind_a_detector_reports_has_its_alert_and_runbook_section() -> No
     assert literal_kinds(sorted(DETECT.rglob("*.py"))) == alerted
 
 
-def literal_severities(paths: list[Path]) -> dict[str, set[Severity]]:
-    """The severities written out in ``Finding`` calls that name their kind, by kind."""
-    found: dict[str, set[Severity]] = {}
+def written_severities(paths: list[Path]) -> dict[str, set[str]]:
+    """How ``Finding`` calls that name their kind give its severity, by kind: ``table``
+    (read from ``KINDS``), ``literal`` (a ``Severity`` member written out) or ``computed``."""
+    found: dict[str, set[str]] = {}
     for path in paths:
         for call in ast.walk(ast.parse(path.read_text())):
             if not (isinstance(call, ast.Call) and _callee(call, None, {}) == "Finding"):
@@ -114,16 +117,28 @@ def literal_severities(paths: list[Path]) -> dict[str, set[Severity]]:
             arguments = dict(zip(("kind", "severity"), call.args, strict=False))
             arguments.update((kw.arg, kw.value) for kw in call.keywords if kw.arg)
             kind, severity = _str(arguments.get("kind")), arguments.get("severity")
-            if kind is not None and isinstance(severity, ast.Attribute):
-                found.setdefault(kind, set()).add(Severity[severity.attr])
+            if kind is None or severity is None:
+                continue
+            if isinstance(severity, ast.Attribute) and severity.attr == "severity":
+                how = "table"
+            elif isinstance(severity, ast.Attribute):
+                how = "literal"
+            else:
+                how = "computed"
+            found.setdefault(kind, set()).add(how)
     return found
 
 
-def test_the_default_severity_is_the_least_a_kind_is_written_out_with() -> None:
-    found = literal_severities(sorted(PACKAGE.rglob("*.py")))
-    assert len(found) >= 5, found  # the scan still sees the sources' findings
-    for kind, severities in found.items():
-        assert KINDS[kind].severity == min(severities, key=lambda s: s.rank), kind
+def test_a_fixed_severity_is_read_from_the_table() -> None:
+    """A finding reported at one severity takes it from ``KINDS``, never writes it out."""
+    found = written_severities(sorted(PACKAGE.rglob("*.py")))
+    assert {kind for kind, how in found.items() if "table" in how} >= {
+        "nonfinite",
+        "stalled",
+        "memory_step",
+        "recording_gap",
+    }
+    assert {kind: how for kind, how in found.items() if "literal" in how} == {}
 
 
 def test_every_watched_signal_is_a_series_and_shown_where_its_row_says() -> None:
@@ -135,3 +150,9 @@ def test_every_watched_signal_is_a_series_and_shown_where_its_row_says() -> None
     assert set(_PANELS) == {s for s, w in WATCHED.items() if w.panel is not None}
     ranks = [w.panel_rank for w in WATCHED.values() if w.panel is not None]
     assert len(set(ranks)) == len(ranks), "two panels share a place in the report"
+
+
+def test_a_finding_of_a_kind_outside_the_table_is_refused() -> None:
+    with pytest.raises(ValueError, match="'leak' is no kind of finding"):
+        Finding("leak", Severity.WARNING, 0.0, "memory grows")
+    assert Finding("nonfinite", KINDS["nonfinite"].severity, 0.0, "NaN").kind == "nonfinite"

@@ -8,7 +8,7 @@ import statistics
 from collections import deque
 
 from driftwatch.detect import Evaluation
-from driftwatch.findings import Finding, Severity
+from driftwatch.findings import KINDS, Finding
 from driftwatch.series import Sample
 from driftwatch.units import clock
 
@@ -39,7 +39,7 @@ class NonFiniteDetector:
         )
         finding = Finding(
             kind="nonfinite",
-            severity=Severity.CRITICAL,
+            severity=KINDS["nonfinite"].severity,
             since=self._first_seen,
             message=(
                 f"{count} non-finite (NaN/Inf) value(s) seen by {where} since "
@@ -91,7 +91,7 @@ class StallDetector:
             return Evaluation(score)
         finding = Finding(
             kind="stalled",
-            severity=Severity.WARNING,
+            severity=KINDS["stalled"].severity,
             since=last,
             message=(
                 f"no training step for {silent_for:.0f} s (since {clock(last)}; steps are "

@@ -11,7 +11,7 @@ import numpy as np
 
 from driftwatch.detect import Detector, Evaluation
 from driftwatch.detect.windows import WindowMeans
-from driftwatch.findings import Finding, Severity
+from driftwatch.findings import KINDS, Finding
 from driftwatch.series import Sample
 from driftwatch.units import MIB, clock, human_bytes, human_seconds
 
@@ -101,7 +101,7 @@ class PerStepGrowthDetector:
             "bytes_per_step_baseline": baseline,
             "bytes_per_step_now": current,
         }
-        finding = Finding(self.kind, Severity.WARNING, since, message, evidence)
+        finding = Finding(self.kind, KINDS[self.kind].severity, since, message, evidence)
         return Evaluation(min(score, 10.0), (finding,))
 
 
@@ -228,7 +228,8 @@ class UnrotatedEventFileDetector:
         }
         if ended:
             evidence["judged_at_end"] = "whole run"
-        finding = Finding("event_file_unrotated", Severity.WARNING, since, message, evidence)
+        kind = "event_file_unrotated"
+        finding = Finding(kind, KINDS[kind].severity, since, message, evidence)
         return Evaluation(score, (finding,))
 
 

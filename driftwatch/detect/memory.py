@@ -41,7 +41,7 @@ from driftwatch.detect.memory_trends import (
 from driftwatch.detect.startup import STARTUP_MAX_SECONDS, StartUp
 from driftwatch.detect.stats import mann_kendall, theil_sen
 from driftwatch.detect.windows import WindowMeans
-from driftwatch.findings import Finding, Severity
+from driftwatch.findings import KINDS, Finding, Severity
 from driftwatch.series import Labels, Sample
 from driftwatch.units import MIB, clock, human_bytes, human_seconds
 
@@ -362,7 +362,7 @@ class MemoryDriftDetector:
             findings.append(
                 Finding(
                     "memory_step",
-                    Severity.INFO,
+                    KINDS["memory_step"].severity,
                     t,
                     f"{self.what}{where} jumped by {human_bytes(size)} at {clock(t)} and then "
                     "stayed flat: a one-off allocation (a bigger batch, a cache, a checkpoint "

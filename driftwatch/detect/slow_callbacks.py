@@ -8,7 +8,7 @@ import math
 
 from driftwatch.detect import Evaluation
 from driftwatch.detect.stats import RunningMedianBlocks
-from driftwatch.findings import Finding, Severity
+from driftwatch.findings import KINDS, Finding
 from driftwatch.series import Sample
 from driftwatch.units import human_seconds
 
@@ -82,5 +82,6 @@ class SlowCallbackDetector:
             "log less often."
         )
         evidence = {"share": share, "gap_seconds": self._gap, "step_seconds": self._step}
-        finding = Finding("slow_callbacks", Severity.WARNING, since, message, evidence)
+        kind = "slow_callbacks"
+        finding = Finding(kind, KINDS[kind].severity, since, message, evidence)
         return Evaluation(score, (finding,))
