@@ -218,7 +218,10 @@ def test_callback_serves_metrics_without_a_daemon(channel_dir: Path) -> None:
 
     from tests.conftest import wait_for
 
-    wait_for(lambda: "driftwatch_step_duration_seconds{" in scrape(), 15, "hook step series")
+    # The sampler thread reads the channel every 2 s: the end-of-fit probe's tracing count
+    # may come a read after the steps.
+    series = ("driftwatch_step_duration_seconds{", "driftwatch_tf_function_traces_total{")
+    wait_for(lambda: all(name in scrape() for name in series), 15, "hook step and trace series")
     text = scrape()
     assert "driftwatch_tf_function_traces_total{" in text
     assert 'driftwatch_source_up{run="' in text
