@@ -29,10 +29,8 @@ VALUE_SERIES: dict[int, tuple[str, str]] = {
     Kind.STEP: ("step_seconds", "step_gap_seconds"),
     Kind.EPOCH: ("epoch_seconds", "validation_seconds"),
 }
-"""The series that a record's two values (``a``, ``b``) are samples of, by kind; a ``VALUE``
-record's one value is of the series its ``key`` names in the metadata."""
+"""The series of a record's two values (``a``, ``b``), by kind (``VALUE``: see the module)."""
 SERIES_META = "series"
 """Meta key: the list of ``[series, labels]`` that ``VALUE`` records index."""
 RUNTIME_META = "runtime"
-"""Meta key: ``{"python": ..., "tensorflow": ..., "keras": ...}``, the versions the job runs
-(TensorFlow and Keras when it has imported them)."""
+"""Meta key: ``{"python": ..., "tensorflow": ..., "keras": ...}``, the job's versions."""

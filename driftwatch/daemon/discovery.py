@@ -41,8 +41,7 @@ from driftwatch.target import Target
 log = logging.getLogger(__name__)
 
 SCAN_EVERY_TICKS = 5
-"""The process table is read every this many ticks: a node has hundreds of processes, and a
-job that only a pattern finds can wait a few seconds more to be noticed."""
+"""Ticks between reads of the process table (for jobs only a pattern finds)."""
 SWEEP_AFTER_SECONDS = 10.0
 """Seconds between finding a channel's process gone and removing the channel."""
 
@@ -99,8 +98,7 @@ class Verdict(enum.Enum):
     """Why discovery passes over a channel file whose process is not watched."""
 
     REFUSED = "refused"
-    """Not a channel, or its writer is out of sight: logged once, looked at again after a
-    reload."""
+    """Not a channel, or its writer out of sight: logged once, looked at after a reload."""
     EXITED = "exited"
     """Its writer has exited: removed ``sweep_after`` seconds after that was found."""
     UNREMOVABLE = "unremovable"

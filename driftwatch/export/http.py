@@ -26,8 +26,7 @@ from driftwatch.errors import ListenError, UsageError
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 19461
-"""Above the exporters' 9100-99xx range (fully allocated on Prometheus's default port
-allocations list) and outside it and Linux's ephemeral range; not on the list."""
+"""The port of ``/metrics`` unless told: on no exporter's list, outside the ephemeral range."""
 
 HANDSHAKE_TIMEOUT_SECONDS = 10.0
 

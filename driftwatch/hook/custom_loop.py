@@ -36,8 +36,7 @@ from driftwatch.hook.core import Hook, shared_hook, user_hook_exists
 log = logging.getLogger(__name__)
 
 SWITCH_AFTER_CALLS = 100
-"""Calls of another training function, with no call of the train step between them, after
-which that function becomes the train step (a new phase of the job)."""
+"""Calls of another training function in a row after which it becomes the train step."""
 MAX_CHECKED_OUTPUTS = 16
 """Most scalar outputs of the train step that a probe checks for NaN/Inf."""
 MAX_OUTPUT_DEPTH = 3

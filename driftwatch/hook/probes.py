@@ -20,8 +20,7 @@ Reading = tuple[str, Labels, float]
 
 MAX_UNWRAP_DEPTH = 6
 IDLE_ALLOCATOR_READS = 10
-"""Reads of a device whose allocator answers a zero peak before it counts as keeping no
-statistics: with statistics on, the peak is also zero until the first tensor is placed."""
+"""Reads of a zero allocator peak after which a device counts as keeping no statistics."""
 
 
 def traced_functions(fn: object) -> Iterator[Any]:
