@@ -67,7 +67,8 @@ def by_kind(kind: str) -> Manifest:
 def closed(schema: Any) -> Any:
     """A CRD's OpenAPI v3 ``schema`` as the API server applies it to a ``kubectl apply``
     (strict field validation): an object with ``properties`` takes no others unless it says
-    ``x-kubernetes-preserve-unknown-fields``, ``nullable`` admits null."""
+    ``x-kubernetes-preserve-unknown-fields``, ``nullable`` admits null, and a list of type
+    ``set`` holds no item twice."""
     if isinstance(schema, list):
         return [closed(each) for each in schema]
     if not isinstance(schema, dict):
@@ -81,6 +82,8 @@ def closed(schema: Any) -> Any:
             out["additionalProperties"] = False
     if schema.get("nullable") and "type" in schema:
         out["type"] = [schema["type"], "null"]
+    if schema.get("x-kubernetes-list-type") == "set":
+        out["uniqueItems"] = True
     return out
 
 
@@ -212,13 +215,16 @@ def test_crd_schemas_reject_broken_copies() -> None:
     endpoint = monitor["spec"]["endpoints"][0]
     endpoint["port"] = 19461
     endpoint["relabelings"][0]["action"] = "rename"
+    monitor["spec"]["scrapeProtocols"] = ["PrometheusProto", "PrometheusProto"]
     found = problems(monitor)
     assert found[:2] == [
         "spec: 'selector' is a required property",
         "spec.endpoints.0.port: 19461 is not of type 'string'",
     ]
     assert found[2].startswith("spec.endpoints.0.relabelings.0.action: 'rename' is not one of")
-    assert len(found) == 3
+    assert found[3:] == [
+        "spec.scrapeProtocols: ['PrometheusProto', 'PrometheusProto'] has non-unique elements"
+    ]
 
 
 def check_rule_groups(promtool: str, manifest: Manifest, tmp_path: Path) -> str:
