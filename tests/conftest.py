@@ -189,6 +189,17 @@ def promtool() -> str:
     return path
 
 
+def promtool_check_rules(promtool: str, path: Path) -> subprocess.CompletedProcess[str]:
+    """promtool's verdict on the rule file ``path``."""
+    return subprocess.run(
+        [promtool, "check", "rules", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
 def promtool_check_metrics(promtool: str, exposition: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [promtool, "check", "metrics"],

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ import pytest
 import yaml
 
 from driftwatch import bundle
-from tests.conftest import REPO
+from tests.conftest import REPO, promtool_check_rules
 from tests.metric_names import exported, recorded, referenced
 
 DASHBOARDS = {name: json.loads(asset.text) for name, asset in bundle.dashboards().items()}
@@ -186,13 +185,7 @@ def test_queries_are_valid_promql(promtool: str, tmp_path: Path) -> None:
     rules = [{"record": f"dashboard:query{i}", "expr": expr} for i, expr in enumerate(exprs)]
     path = tmp_path / "queries.yml"
     path.write_text(yaml.safe_dump({"groups": [{"name": "dashboards", "rules": rules}]}))
-    done = subprocess.run(
-        [promtool, "check", "rules", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = promtool_check_rules(promtool, path)
     assert done.returncode == 0, done.stdout + done.stderr
 
 

@@ -26,7 +26,7 @@ import yaml
 from referencing import Registry, Resource
 
 from driftwatch import bundle
-from tests.conftest import REPO
+from tests.conftest import REPO, promtool_check_rules
 
 DEPLOY = REPO / "deploy"
 CRDS = REPO / "tests" / "data" / "crds"
@@ -231,13 +231,7 @@ def check_rule_groups(promtool: str, manifest: Manifest, tmp_path: Path) -> str:
     """promtool's verdict on the rule groups of PrometheusRule ``manifest`` ("" when none)."""
     path = tmp_path / "groups.yml"
     path.write_text(yaml.safe_dump(manifest["spec"]))
-    done = subprocess.run(
-        [promtool, "check", "rules", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = promtool_check_rules(promtool, path)
     return "" if done.returncode == 0 else done.stdout + done.stderr
 
 
