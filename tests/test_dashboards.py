@@ -17,7 +17,7 @@ from tests.conftest import REPO, promtool_check_rules
 from tests.metric_names import exported, recorded, referenced
 
 DASHBOARDS = {name: json.loads(asset.text) for name, asset in bundle.dashboards().items()}
-UNITS = {"none", "short", "percentunit", "bytes", "Bps", "s"}
+UNITS = {"none", "short", "percentunit", "bytes", "Bps", "s", "celsius", "watt"}
 """The Grafana units the dashboards use; dashboard-linter accepts these among many."""
 TEMPLATED_DATASOURCE = {"$datasource", "${datasource}"}
 RANGE_FUNCTIONS = ("rate", "irate", "increase")

@@ -1,8 +1,10 @@
-"""NVML source: GPU memory of the target and of each GPU, via nvidia-ml-py (``pynvml``).
+"""NVML source: GPU memory of the target and of each GPU, via nvidia-ml-py (``pynvml``), and
+the device queries of ``nvml_queries`` (utilization, clocks and their throttle reasons,
+temperature, power, PCIe, the target's utilization, GPM's SM activity).
 
 NVML reports host PIDs. Inside a container that does not share the host's PID namespace
 (Kubernetes: no ``hostPID: true``), the target's PID as driftwatch sees it will not match,
-and its per-process GPU memory reads as 0 while the device figures stay right.
+and its per-process GPU memory and utilization read as 0 while the device figures stay right.
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ from typing import Any
 
 from driftwatch.errors import SourceUnavailable
 from driftwatch.series import Sample
+from driftwatch.sources.nvml_queries import Gpu, Queries
 
 log = logging.getLogger(__name__)
 
-_OFF = "GPU memory is not monitored"
+_OFF = "GPU memory is not monitored, nor GPU utilization, clocks, power or PCIe"
 _NOT_INSTALLED = f"nvidia-ml-py is not installed (pip install 'driftwatch[gpu]'): {_OFF}"
 _DRIVER_TOO_OLD = (
     "the NVIDIA driver is older than this nvidia-ml-py supports "
@@ -53,11 +56,13 @@ def _shutdown(nvml: Any) -> None:
 
 
 class NvmlSource:
-    """Memory of each GPU and the part of it the target (by host PID) uses.
+    """Memory of each GPU and the part of it the target (by host PID) uses, and the readings
+    of the device queries (``nvml_queries``).
 
     NVML is loaded and initialised on the first ``sample()`` and shut down by ``close()``.
     Every NVML failure raises ``SourceUnavailable``, except a GPU that cannot report
-    per-process memory (some vGPU/MIG setups): it still reports device memory.
+    per-process memory (some vGPU/MIG setups): it still reports device memory; and a query
+    a GPU lacks: that query is off on that GPU, the others go on.
     """
 
     name = "nvml"
@@ -65,10 +70,11 @@ class NvmlSource:
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self._nvml: Any = None  # the pynvml module while NVML is initialised
-        self._handles: list[Any] | None = None
+        self._gpus: list[Gpu] | None = None
+        self._queries: Queries | None = None
         self._no_process_query: set[int] = set()  # GPUs already logged as unsupported
 
-    def _open(self) -> list[Any]:
+    def _open(self) -> list[Gpu]:
         try:
             import pynvml
         except ImportError as err:
@@ -85,18 +91,21 @@ class NvmlSource:
             raise SourceUnavailable(_reason(pynvml, err)) from err
         if not handles:
             raise SourceUnavailable(f"no NVIDIA GPU found: {_OFF}")
-        return handles
+        self._queries = Queries(pynvml, self.pid)
+        return [Gpu(index, handle) for index, handle in enumerate(handles)]
 
     def sample(self, now: float) -> list[Sample]:
-        if self._handles is None:
-            self._handles = self._open()
-        nvml = self._nvml
+        if self._gpus is None:
+            self._gpus = self._open()
+        nvml, queries = self._nvml, self._queries
+        assert queries is not None
         samples: list[Sample] = []
-        for index, handle in enumerate(self._handles):
-            labels = (("gpu", str(index)),)
+        for gpu in self._gpus:
+            index, handle, labels = gpu.index, gpu.handle, gpu.labels
             try:
                 memory = nvml.nvmlDeviceGetMemoryInfo(handle)
                 used = self._process_memory(nvml, index, handle)
+                samples += queries.read(gpu, now)
             except nvml.NVMLError as err:
                 raise SourceUnavailable(_reason(nvml, err, f"GPU {index}")) from err
             except nvml.NVMLLibraryMismatchError as err:
@@ -138,7 +147,10 @@ class NvmlSource:
         return max(known, default=0)
 
     def close(self) -> None:
-        nvml, self._nvml, self._handles = self._nvml, None, None
+        nvml, self._nvml = self._nvml, None
+        gpus, self._gpus, queries, self._queries = self._gpus, None, self._queries, None
+        if queries is not None and gpus is not None:
+            queries.close(gpus)
         if nvml is not None:
             _shutdown(nvml)
 
