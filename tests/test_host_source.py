@@ -1,0 +1,277 @@
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from driftwatch.errors import SourceUnavailable
+from driftwatch.series import SERIES
+from driftwatch.sources import default_sources
+from driftwatch.sources.host import (
+    PRESSURE_DIR,
+    PRESSURE_RESOURCES,
+    HostSource,
+    Pressure,
+    cgroup_directory,
+    cpu_stat_file,
+    parse_cpu_stat,
+    parse_pressure,
+)
+from driftwatch.target import Target
+
+PSI = """some avg10=1.50 avg60=0.88 avg300=5.37 total=4496091587
+full avg10=0.25 avg60=0.00 avg300=0.00 total=2000000
+"""
+PSI_CPU_BEFORE_5_13 = "some avg10=12.00 avg60=3.10 avg300=0.80 total=7000000\n"
+CPU_STAT_V2 = """usage_usec 19907731194
+user_usec 18360502959
+system_usec 1547228235
+nr_periods 1200
+nr_throttled 300
+throttled_usec 4500000
+nr_bursts 0
+burst_usec 0
+"""
+CPU_STAT_V2_NO_CONTROLLER = "usage_usec 1\nuser_usec 1\nsystem_usec 0\n"
+CPU_STAT_V1 = """nr_periods 1200
+nr_throttled 300
+throttled_time 4500000000
+nr_bursts 0
+burst_time 0
+"""
+HYBRID_CGROUP = "4:memory:/job\n2:cpuacct:/\n1:cpu:/job\n0::/job\n"
+HYBRID_MOUNTS = """31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+"""
+V2_CGROUP = "0::/kubepods.slice/pod1/abc\n"
+V2_MOUNTS = "29 23 0:26 / /sys/fs/cgroup rw,nosuid shared:4 - cgroup2 cgroup2 rw,nsdelegate\n"
+
+
+def test_pressure_lines_are_parsed_from_the_kernel_format() -> None:
+    assert parse_pressure(PSI) == {
+        "some": Pressure(0.015, 4496.091587),
+        "full": Pressure(0.0025, 2.0),
+    }
+    assert parse_pressure(PSI_CPU_BEFORE_5_13) == {"some": Pressure(0.12, 7.0)}
+    assert parse_pressure("garbage\n\n") == {}
+
+
+@pytest.mark.skipif(not PRESSURE_DIR.is_dir(), reason="this kernel publishes no PSI")
+def test_pressure_of_this_node_is_parsed_from_the_real_files() -> None:
+    for resource in PRESSURE_RESOURCES:
+        lines = parse_pressure((PRESSURE_DIR / resource).read_text())
+        assert "some" in lines, resource
+        for pressure in lines.values():
+            assert 0 <= pressure.avg10_ratio <= 1
+            assert pressure.total_seconds >= 0
+
+
+def test_cpu_stat_throttling_is_parsed_from_v1_and_v2_in_seconds() -> None:
+    expected = {
+        "cgroup_cpu_periods": 1200.0,
+        "cgroup_cpu_throttled_periods": 300.0,
+        "cgroup_cpu_throttled_seconds": 4.5,
+    }
+    assert parse_cpu_stat(CPU_STAT_V2) == expected
+    assert parse_cpu_stat(CPU_STAT_V1) == expected
+    assert parse_cpu_stat(CPU_STAT_V2_NO_CONTROLLER) == {}
+    assert set(expected) <= set(SERIES)
+
+
+def test_the_cgroup_directory_is_found_through_the_mounts() -> None:
+    cpu = Path("/sys/fs/cgroup/cpu")
+    assert cgroup_directory(HYBRID_CGROUP, HYBRID_MOUNTS, "cpu") == (cpu, cpu / "job")
+    root = Path("/sys/fs/cgroup")
+    expected = (root, root / "kubepods.slice/pod1/abc")
+    assert cgroup_directory(V2_CGROUP, V2_MOUNTS, "cpu") == expected
+    # cpu and cpuacct co-mounted, as systemd does on cgroup v1
+    combined = "3:cpu,cpuacct:/user.slice\n"
+    mounts = "33 31 0:30 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n"
+    at = Path("/sys/fs/cgroup/cpu,cpuacct")
+    assert cgroup_directory(combined, mounts, "cpu") == (at, at / "user.slice")
+    # a container's /sys/fs/cgroup that is its own subtree, without a cgroup namespace
+    mounts = "50 40 0:26 /docker/abc /sys/fs/cgroup ro - cgroup2 cgroup2 rw\n"
+    assert cgroup_directory("0::/docker/abc\n", mounts, "cpu") == (root, root)
+    # a mount point with a space, as mountinfo escapes it
+    mounts = r"50 40 0:26 / /mnt/my\040cgroups rw - cgroup2 cgroup2 rw" + "\n"
+    spaced = Path("/mnt/my cgroups")
+    assert cgroup_directory("0::/a\n", mounts, "cpu") == (spaced, spaced / "a")
+    assert cgroup_directory(HYBRID_CGROUP, "", "cpu") is None
+
+
+def write_cgroup(directory: Path, stat: str, quota: str | None = None) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "cpu.stat").write_text(stat)
+    if quota is not None:
+        (directory / "cpu.max").write_text(quota)
+
+
+def test_the_cpu_stat_of_the_nearest_cgroup_with_a_quota_counts(tmp_path: Path) -> None:
+    """A cgroup counts only the throttling of its own quota: a pod's quota throttles its
+    container, whose own counters stay at 0."""
+    top, pod, container = tmp_path, tmp_path / "pod", tmp_path / "pod" / "container"
+    write_cgroup(top, CPU_STAT_V2, "max 100000\n")
+    write_cgroup(pod, CPU_STAT_V2, "50000 100000\n")
+    write_cgroup(container, CPU_STAT_V2, "max 100000\n")
+    assert cpu_stat_file(container, top) == pod / "cpu.stat"
+    (pod / "cpu.max").write_text("max 100000\n")
+    assert cpu_stat_file(container, top) == container / "cpu.stat"  # no quota: the deepest
+    write_cgroup(container, CPU_STAT_V2_NO_CONTROLLER)
+    assert cpu_stat_file(container, top) == pod / "cpu.stat"
+    assert cpu_stat_file(tmp_path / "gone", tmp_path / "gone") is None
+
+
+def fake_proc(tmp_path: Path, pid: int, cgroup: str, mountinfo: str) -> Path:
+    proc = tmp_path / "proc"
+    (proc / str(pid)).mkdir(parents=True)
+    (proc / "self").mkdir()
+    (proc / str(pid) / "cgroup").write_text(cgroup)
+    (proc / "self" / "mountinfo").write_text(mountinfo)
+    return proc
+
+
+def test_the_host_source_reads_fixture_files(tmp_path: Path) -> None:
+    mounts = f"41 31 0:38 / {tmp_path / 'cgroup'} rw - cgroup2 cgroup2 rw\n"
+    proc = fake_proc(tmp_path, 42, "0::/job\n", mounts)
+    write_cgroup(tmp_path / "cgroup" / "job", CPU_STAT_V2, "50000 100000\n")
+    pressure = tmp_path / "pressure"
+    pressure.mkdir()
+    for resource in PRESSURE_RESOURCES:
+        (pressure / resource).write_text(PSI_CPU_BEFORE_5_13 if resource == "cpu" else PSI)
+    source = HostSource(42, pressure, proc)
+    samples = source.sample(7.0)
+    assert source.sample(11.9) == []  # within READ_INTERVAL_SECONDS of the last reading
+    assert len(source.sample(12.0)) == len(samples)
+    values = {(s.series, s.labels): s.value for s in samples}
+    assert {s.t for s in samples} == {7.0}
+    assert values[("cgroup_cpu_throttled_seconds", ())] == 4.5
+    assert values[("pressure_some_ratio", (("resource", "cpu"),))] == 0.12
+    assert ("pressure_full_seconds", (("resource", "cpu"),)) not in values
+    assert values[("pressure_full_seconds", (("resource", "io"),))] == 2.0
+    assert len(values) == 3 + 2 + 4 + 4
+    for series, labels in values:
+        assert tuple(name for name, _ in labels) == SERIES[series].label_names
+
+
+def test_missing_files_switch_each_reading_off_once_quietly(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    mounts = f"41 31 0:38 / {tmp_path / 'cgroup'} rw - cgroup2 cgroup2 rw\n"
+    proc = fake_proc(tmp_path, 42, "0::/job\n", mounts)
+    write_cgroup(tmp_path / "cgroup" / "job", CPU_STAT_V1)
+    source = HostSource(42, tmp_path / "no-psi", proc, interval=0.0)
+    with caplog.at_level(logging.INFO, logger="driftwatch.sources.host"):
+        for now in range(3):
+            assert {s.series for s in source.sample(float(now))} == {
+                "cgroup_cpu_periods",
+                "cgroup_cpu_throttled_periods",
+                "cgroup_cpu_throttled_seconds",
+            }
+    assert [r.levelno for r in caplog.records] == [logging.INFO]
+    assert "pressure-stall information not monitored" in caplog.records[0].getMessage()
+
+    # The cgroup goes away (the job's container ended): off too, and then the whole source.
+    caplog.clear()
+    (tmp_path / "cgroup" / "job" / "cpu.stat").unlink()
+    with (
+        caplog.at_level(logging.INFO, logger="driftwatch.sources.host"),
+        pytest.raises(SourceUnavailable, match="host contention is not monitored"),
+    ):
+        source.sample(3.0)
+    assert len(caplog.records) == 1
+    assert "CPU throttling not monitored" in caplog.records[0].getMessage()
+
+
+def test_a_cgroup_without_throttling_counters_is_off_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    mounts = f"41 31 0:38 / {tmp_path / 'cgroup'} rw - cgroup2 cgroup2 rw\n"
+    proc = fake_proc(tmp_path, 42, "0::/job\n", mounts)
+    write_cgroup(tmp_path / "cgroup" / "job", CPU_STAT_V2_NO_CONTROLLER)
+    pressure = tmp_path / "pressure"
+    pressure.mkdir()
+    (pressure / "cpu").write_text(PSI)  # the node's "full" cpu line is left out
+    source = HostSource(42, pressure, proc, interval=0.0)
+    with caplog.at_level(logging.INFO, logger="driftwatch.sources.host"):
+        for now in range(3):
+            assert {s.series for s in source.sample(float(now))} == {
+                "pressure_some_seconds",
+                "pressure_some_ratio",
+            }
+    assert len(caplog.records) == 1
+    assert "no cpu.stat with throttling counters" in caplog.records[0].getMessage()
+
+
+def test_the_host_source_reads_this_machine_for_a_real_process(
+    sleeper: subprocess.Popen[bytes],
+) -> None:
+    target = Target.attach(sleeper.pid)
+    sources = default_sources(target, [])
+    host = next(s for s in sources if isinstance(s, HostSource))
+    try:
+        samples = host.sample(1.0)
+    except SourceUnavailable:
+        pytest.skip("neither PSI nor a cgroup cpu.stat with throttling counters here")
+    finally:
+        for source in sources:
+            source.close()
+    series = {s.series for s in samples}
+    assert series <= set(SERIES)
+    if PRESSURE_DIR.is_dir():
+        assert {"pressure_some_seconds", "pressure_some_ratio"} <= series
+
+
+@pytest.fixture
+def quota_cgroup() -> Iterator[Path]:
+    """A real cgroup allowed 10 ms of CPU per 100 ms, made beside this process's own (needs
+    the right to create cgroups: root, or a delegated hierarchy); removed afterwards."""
+    located = cgroup_directory(
+        Path("/proc/self/cgroup").read_text(), Path("/proc/self/mountinfo").read_text(), "cpu"
+    )
+    if located is None:
+        pytest.skip("no CPU controller mounted here")
+    top = located[0]
+    directory = top / f"driftwatch-test-{uuid.uuid4().hex[:8]}"
+    try:
+        directory.mkdir()
+    except OSError as err:
+        pytest.skip(f"cannot create a cgroup here: {err.strerror}")
+    try:
+        if (directory / "cpu.cfs_quota_us").exists():  # v1
+            (directory / "cpu.cfs_period_us").write_text("100000")
+            (directory / "cpu.cfs_quota_us").write_text("10000")
+        elif (directory / "cpu.max").exists():
+            (directory / "cpu.max").write_text("10000 100000")
+        else:
+            pytest.skip("the CPU controller is not enabled for new cgroups here")
+        yield directory
+    finally:
+        directory.rmdir()
+
+
+def test_a_real_cpu_quota_shows_as_throttling(quota_cgroup: Path) -> None:
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        (quota_cgroup / "cgroup.procs").write_text(str(busy.pid))
+        source = HostSource(busy.pid, interval=0.0)
+        before = {s.series: s.value for s in source.sample(0.0)}
+        time.sleep(1.0)
+        after = {s.series: s.value for s in source.sample(1.0)}
+    finally:
+        busy.kill()
+        busy.wait()
+    periods = after["cgroup_cpu_periods"] - before["cgroup_cpu_periods"]
+    throttled = after["cgroup_cpu_throttled_periods"] - before["cgroup_cpu_throttled_periods"]
+    # 10 periods in a second; a busy process uses its 10 ms in each and is throttled.
+    assert 5 <= periods <= 15
+    assert throttled >= periods - 2
+    seconds = after["cgroup_cpu_throttled_seconds"] - before["cgroup_cpu_throttled_seconds"]
+    assert 0.3 < seconds < 2.0
