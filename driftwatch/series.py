@@ -131,20 +131,6 @@ SERIES: dict[str, SeriesSpec] = {
         scope=Scope.NODE,
         label_names=("resource",),
     ),
-    "pressure_some_ratio": SeriesSpec(
-        "driftwatch_node_pressure_some_avg10_ratio",
-        "Share of the last 10 seconds in which some task on the node was stalled on the "
-        "resource (the kernel's avg10).",
-        scope=Scope.NODE,
-        label_names=("resource",),
-    ),
-    "pressure_full_ratio": SeriesSpec(
-        "driftwatch_node_pressure_full_avg10_ratio",
-        "Share of the last 10 seconds in which every non-idle task on the node was stalled on "
-        "the resource (the kernel's avg10).",
-        scope=Scope.NODE,
-        label_names=("resource",),
-    ),
     # NVML
     "gpu_process_memory_bytes": SeriesSpec(
         "driftwatch_gpu_process_memory_bytes",

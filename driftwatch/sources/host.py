@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import math
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 from driftwatch.errors import SourceUnavailable
@@ -28,13 +27,11 @@ MICROSECONDS = 1e-6
 """Seconds per microsecond: PSI totals and cgroup v2 ``throttled_usec`` count these."""
 NANOSECONDS = 1e-9
 """Seconds per nanosecond: cgroup v1 ``throttled_time`` counts these."""
-PERCENT = 0.01
-"""Ratio per percent: PSI ``avg10`` is a percentage."""
 READ_INTERVAL_SECONDS = 5.0
 """Least time between two readings in seconds, however often the target is sampled."""
 
 _ESCAPE = re.compile(r"\\([0-7]{3})")
-_PRESSURE_LINE = re.compile(r"^(some|full)\s+avg10=([\d.]+)\s.*\btotal=(\d+)\s*$")
+_PRESSURE_LINE = re.compile(r"^(some|full)\s.*\btotal=(\d+)\s*$")
 
 
 def _unescape(field: str) -> str:
@@ -131,30 +128,21 @@ def cpu_stat_file(directory: Path, top: Path) -> Path | None:
     return fallback
 
 
-@dataclass(frozen=True, slots=True)
-class Pressure:
-    """One line of a PSI file: the share of the last 10 seconds some (or all non-idle) tasks
-    were stalled on the resource, and their stalled time since boot in seconds."""
-
-    avg10_ratio: float
-    total_seconds: float
-
-
-def parse_pressure(text: str) -> dict[str, Pressure]:
-    """A ``/proc/pressure/*`` file by line kind (``some``, and ``full`` where the kernel
-    writes it); lines it does not recognise are left out."""
+def parse_pressure(text: str) -> dict[str, float]:
+    """The stalled time since boot in seconds of a ``/proc/pressure/*`` file, by line kind
+    (``some``, and ``full`` where the kernel writes it); lines it does not recognise are left
+    out. Its ``avg10``/``avg60``/``avg300`` averages are not read: rates of the totals give the
+    same over any window."""
     found = {}
     for line in text.splitlines():
         match = _PRESSURE_LINE.match(line.strip())
         if match:
-            kind, avg10, total = match.groups()
-            found[kind] = Pressure(float(avg10) * PERCENT, int(total) * MICROSECONDS)
+            found[match.group(1)] = int(match.group(2)) * MICROSECONDS
     return found
 
 
 class HostSource:
-    """The target's cgroup CPU throttling and the node's pressure stalls, as counters (and the
-    kernel's 10-second pressure averages as gauges)."""
+    """The target's cgroup CPU throttling and the node's pressure stalls, as counters."""
 
     name = "host"
 
@@ -240,11 +228,8 @@ class HostSource:
             labels = (("resource", resource),)
             if resource == "cpu":
                 lines.pop("full", None)  # the kernel writes zeros there for the whole node
-            for kind, pressure in lines.items():
-                samples.append(
-                    Sample(f"pressure_{kind}_seconds", pressure.total_seconds, now, labels)
-                )
-                samples.append(Sample(f"pressure_{kind}_ratio", pressure.avg10_ratio, now, labels))
+            for kind, seconds in lines.items():
+                samples.append(Sample(f"pressure_{kind}_seconds", seconds, now, labels))
         return samples
 
     def close(self) -> None:
