@@ -102,7 +102,8 @@ SERIES: dict[str, SeriesSpec] = {
     # host contention: the target's cgroup cpu.stat, the node's /proc/pressure
     "cgroup_cpu_periods": SeriesSpec(
         "driftwatch_cgroup_cpu_periods_total",
-        "CPU bandwidth periods of the target's cgroup in which it was runnable (cpu.stat).",
+        "CPU bandwidth periods in which the target's cgroup (the nearest with a CPU quota) was "
+        "runnable (cpu.stat).",
         Kind.COUNTER,
     ),
     "cgroup_cpu_throttled_periods": SeriesSpec(

@@ -16,11 +16,13 @@ from driftwatch.sources import default_sources
 from driftwatch.sources.host import (
     PRESSURE_DIR,
     PRESSURE_RESOURCES,
+    QUOTA_LOOKUP_SECONDS,
     HostSource,
     cgroup_directory,
-    cpu_stat_file,
+    counting_cgroups,
     parse_cpu_stat,
     parse_pressure,
+    quota_set,
 )
 from driftwatch.target import Target
 
@@ -108,19 +110,18 @@ def write_cgroup(directory: Path, stat: str, quota: str | None = None) -> None:
         (directory / "cpu.max").write_text(quota)
 
 
-def test_the_cpu_stat_of_the_nearest_cgroup_with_a_quota_counts(tmp_path: Path) -> None:
-    """A cgroup counts only the throttling of its own quota: a pod's quota throttles its
-    container, whose own counters stay at 0."""
+def test_cgroups_with_throttling_counters_and_quotas_are_found(tmp_path: Path) -> None:
     top, pod, container = tmp_path, tmp_path / "pod", tmp_path / "pod" / "container"
     write_cgroup(top, CPU_STAT_V2, "max 100000\n")
-    write_cgroup(pod, CPU_STAT_V2, "50000 100000\n")
-    write_cgroup(container, CPU_STAT_V2, "max 100000\n")
-    assert cpu_stat_file(container, top) == pod / "cpu.stat"
-    (pod / "cpu.max").write_text("max 100000\n")
-    assert cpu_stat_file(container, top) == container / "cpu.stat"  # no quota: the deepest
-    write_cgroup(container, CPU_STAT_V2_NO_CONTROLLER)
-    assert cpu_stat_file(container, top) == pod / "cpu.stat"
-    assert cpu_stat_file(tmp_path / "gone", tmp_path / "gone") is None
+    write_cgroup(pod, CPU_STAT_V1)
+    (pod / "cpu.cfs_quota_us").write_text("50000\n")
+    write_cgroup(container, CPU_STAT_V2_NO_CONTROLLER, "max 100000\n")
+    assert counting_cgroups(container, top) == [pod, top]
+    assert counting_cgroups(container, pod) == [pod]  # not above the mount
+    assert [quota_set(level) for level in (container, pod, top)] == [False, True, False]
+    (pod / "cpu.cfs_quota_us").write_text("-1\n")
+    assert not quota_set(pod)
+    assert counting_cgroups(tmp_path / "gone", tmp_path / "gone") == []
 
 
 FIXTURE_PID = 42
@@ -174,7 +175,7 @@ def read_thrice(source: HostSource, caplog: pytest.LogCaptureFixture) -> tuple[s
 def test_missing_files_switch_each_reading_off_once_quietly(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    proc = fixture_host(tmp_path, CPU_STAT_V1, None, {})
+    proc = fixture_host(tmp_path, CPU_STAT_V1, "50000 100000\n", {})
     source = HostSource(FIXTURE_PID, tmp_path / "pressure", proc, interval=0.0)
     series, logged = read_thrice(source, caplog)
     assert series == {
@@ -207,6 +208,27 @@ def test_a_cgroup_without_throttling_counters_is_off_once(
     assert series == {"pressure_some_seconds"}
     assert len(logged) == 1
     assert "no cpu.stat with throttling counters" in logged[0]
+
+
+def test_without_a_cpu_quota_throttling_is_looked_for_again_later(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Nothing throttles a cgroup without a quota: its counters are not stored until one is
+    set (as ``docker update --cpus`` or a Kubernetes resize may)."""
+    proc = fixture_host(tmp_path, CPU_STAT_V2, None, {"cpu": PSI})
+    source = HostSource(FIXTURE_PID, tmp_path / "pressure", proc, interval=0.0)
+    series, logged = read_thrice(source, caplog)
+    assert series == {"pressure_some_seconds"}
+    assert len(logged) == 1
+    assert "no CPU quota on the target's cgroup" in logged[0]
+    (tmp_path / "cgroup" / "job" / "cpu.max").write_text("50000 100000\n")
+    assert {s.series for s in source.sample(QUOTA_LOOKUP_SECONDS - 1)} == series
+    later = {s.series for s in source.sample(QUOTA_LOOKUP_SECONDS)} - series
+    assert later == {
+        "cgroup_cpu_periods",
+        "cgroup_cpu_throttled_periods",
+        "cgroup_cpu_throttled_seconds",
+    }
 
 
 def test_the_host_source_reads_this_machine_for_a_real_process(

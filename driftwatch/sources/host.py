@@ -29,6 +29,8 @@ NANOSECONDS = 1e-9
 """Seconds per nanosecond: cgroup v1 ``throttled_time`` counts these."""
 READ_INTERVAL_SECONDS = 5.0
 """Least time between two readings in seconds, however often the target is sampled."""
+QUOTA_LOOKUP_SECONDS = 60.0
+"""Seconds between two looks for a CPU quota on the target's cgroups while none is set."""
 
 _ESCAPE = re.compile(r"\\([0-7]{3})")
 _PRESSURE_LINE = re.compile(r"^(some|full)\s.*\btotal=(\d+)\s*$")
@@ -97,8 +99,8 @@ def parse_cpu_stat(text: str) -> dict[str, float]:
     return values
 
 
-def _quota_set(directory: Path) -> bool:
-    """Whether the cgroup at ``directory`` has a CPU bandwidth limit of its own."""
+def quota_set(directory: Path) -> bool:
+    """Whether the cgroup at ``directory`` has a CPU bandwidth limit (quota) of its own."""
     for name in ("cpu.max", "cpu.cfs_quota_us"):  # v2, v1
         try:
             text = (directory / name).read_text()
@@ -109,23 +111,19 @@ def _quota_set(directory: Path) -> bool:
     return False
 
 
-def cpu_stat_file(directory: Path, top: Path) -> Path | None:
-    """The ``cpu.stat`` that counts the target's throttling: the nearest of ``directory`` and
-    its ancestors up to ``top`` that has a CPU quota (a cgroup counts only its own quota's
-    throttling), else the deepest one with throttling counters; None if none has them."""
+def counting_cgroups(directory: Path, top: Path) -> list[Path]:
+    """``directory`` and its ancestors up to ``top`` whose ``cpu.stat`` has throttling
+    counters, nearest first. Each counts only the throttling of its own quota: a pod's quota
+    throttles its container while the container's counters stay at 0."""
     levels = [directory, *(p for p in directory.parents if p.is_relative_to(top))]
-    fallback = None
+    found = []
     for level in levels:
         try:
-            counters = parse_cpu_stat((level / "cpu.stat").read_text())
+            if parse_cpu_stat((level / "cpu.stat").read_text()):
+                found.append(level)
         except OSError:
             continue
-        if not counters:
-            continue
-        if _quota_set(level):
-            return level / "cpu.stat"
-        fallback = fallback or level / "cpu.stat"
-    return fallback
+    return found
 
 
 def parse_pressure(text: str) -> dict[str, float]:
@@ -161,6 +159,8 @@ class HostSource:
         self._pressure_on = True
         self._cpu_stat: Path | None = None
         self._cpu_stat_on = True
+        self._quota_looked_at = -math.inf
+        self._no_quota_logged = False
 
     def sample(self, now: float) -> list[Sample]:
         if now - self._read_at < self._interval:
@@ -181,6 +181,9 @@ class HostSource:
         if not self._cpu_stat_on:
             return []
         if self._cpu_stat is None:
+            if now - self._quota_looked_at < QUOTA_LOOKUP_SECONDS:
+                return []
+            self._quota_looked_at = now
             self._cpu_stat = self._find_cpu_stat()
             if self._cpu_stat is None:
                 return []
@@ -193,6 +196,8 @@ class HostSource:
         return [Sample(series, value, now) for series, value in values.items()]
 
     def _find_cpu_stat(self) -> Path | None:
+        """The ``cpu.stat`` of the nearest of the target's cgroups with a CPU quota; None
+        while none has one (nothing can throttle it: no counters worth storing)."""
         try:
             cgroup = (self._proc / str(self.pid) / "cgroup").read_text()
             mountinfo = (self._proc / "self" / "mountinfo").read_text()
@@ -201,13 +206,22 @@ class HostSource:
             self._off("CPU throttling", f"its cgroup cannot be read ({err.strerror})")
             return None
         located = cgroup_directory(cgroup, mountinfo, "cpu")
-        found = None if located is None else cpu_stat_file(located[1], located[0])
-        if found is None:
+        levels = [] if located is None else counting_cgroups(located[1], located[0])
+        if not levels:
             self._cpu_stat_on = False
             self._off(
                 "CPU throttling",
                 "no cpu.stat with throttling counters for the target's cgroup "
                 "(no CPU controller mounted or enabled, or not visible here)",
+            )
+            return None
+        found = next((level / "cpu.stat" for level in levels if quota_set(level)), None)
+        if found is None and not self._no_quota_logged:
+            self._no_quota_logged = True
+            self._off(
+                "CPU throttling",
+                f"no CPU quota on the target's cgroup or its ancestors ({levels[0]}): nothing "
+                f"throttles it (looked for again every {QUOTA_LOOKUP_SECONDS:.0f} s)",
             )
         return found
 
