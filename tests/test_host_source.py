@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from driftwatch.errors import SourceUnavailable
+from driftwatch.monitor import Monitor
 from driftwatch.series import SERIES
 from driftwatch.sources import default_sources
 from driftwatch.sources.host import (
@@ -25,6 +26,8 @@ from driftwatch.sources.host import (
     quota_set,
 )
 from driftwatch.target import Target
+from tests.conftest import promtool_check_metrics
+from tests.test_exporter import scrape
 
 PSI = """some avg10=1.50 avg60=0.88 avg300=5.37 total=4496091587
 full avg10=0.25 avg60=0.00 avg300=0.00 total=2000000
@@ -101,6 +104,7 @@ def test_the_cgroup_directory_is_found_through_the_mounts() -> None:
     spaced = Path("/mnt/my cgroups")
     assert cgroup_directory("0::/a\n", mounts, "cpu") == (spaced, spaced / "a")
     assert cgroup_directory(HYBRID_CGROUP, "", "cpu") is None
+    assert cgroup_directory("garbage\n", V2_MOUNTS, "cpu") is None
 
 
 def write_cgroup(directory: Path, stat: str, quota: str | None = None) -> None:
@@ -198,33 +202,34 @@ def test_missing_files_switch_each_reading_off_once_quietly(
     assert "CPU throttling not monitored" in caplog.records[0].getMessage()
 
 
-def test_a_cgroup_without_throttling_counters_is_off_once(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize(
+    ("cpu_stat", "message"),
+    [
+        (CPU_STAT_V2_NO_CONTROLLER, "no cpu.stat with throttling counters"),
+        (CPU_STAT_V2, "no CPU quota on the target's cgroup"),
+    ],
+)
+def test_a_cgroup_that_cannot_be_throttled_is_logged_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, cpu_stat: str, message: str
 ) -> None:
     # Only cpu, with the "full" line the kernel writes as zeros for the whole node: left out.
-    proc = fixture_host(tmp_path, CPU_STAT_V2_NO_CONTROLLER, None, {"cpu": PSI})
+    proc = fixture_host(tmp_path, cpu_stat, None, {"cpu": PSI})
     source = HostSource(FIXTURE_PID, tmp_path / "pressure", proc, interval=0.0)
     series, logged = read_thrice(source, caplog)
     assert series == {"pressure_some_seconds"}
     assert len(logged) == 1
-    assert "no cpu.stat with throttling counters" in logged[0]
+    assert message in logged[0]
 
 
-def test_without_a_cpu_quota_throttling_is_looked_for_again_later(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_without_a_cpu_quota_throttling_is_looked_for_again_later(tmp_path: Path) -> None:
     """Nothing throttles a cgroup without a quota: its counters are not stored until one is
     set (as ``docker update --cpus`` or a Kubernetes resize may)."""
-    proc = fixture_host(tmp_path, CPU_STAT_V2, None, {"cpu": PSI})
+    proc = fixture_host(tmp_path, CPU_STAT_V2, None, {})
     source = HostSource(FIXTURE_PID, tmp_path / "pressure", proc, interval=0.0)
-    series, logged = read_thrice(source, caplog)
-    assert series == {"pressure_some_seconds"}
-    assert len(logged) == 1
-    assert "no CPU quota on the target's cgroup" in logged[0]
+    assert source.sample(0.0) == []
     (tmp_path / "cgroup" / "job" / "cpu.max").write_text("50000 100000\n")
-    assert {s.series for s in source.sample(QUOTA_LOOKUP_SECONDS - 1)} == series
-    later = {s.series for s in source.sample(QUOTA_LOOKUP_SECONDS)} - series
-    assert later == {
+    assert source.sample(QUOTA_LOOKUP_SECONDS - 1) == []
+    assert {s.series for s in source.sample(QUOTA_LOOKUP_SECONDS)} == {
         "cgroup_cpu_periods",
         "cgroup_cpu_throttled_periods",
         "cgroup_cpu_throttled_seconds",
@@ -296,3 +301,19 @@ def test_a_real_cpu_quota_shows_as_throttling(quota_cgroup: Path) -> None:
     assert throttled >= periods - 2
     seconds = after["cgroup_cpu_throttled_seconds"] - before["cgroup_cpu_throttled_seconds"]
     assert 0.3 < seconds < 2.0
+
+
+def test_host_series_are_exported_and_pass_promtool(
+    tmp_path: Path, sleeper: subprocess.Popen[bytes], promtool: str
+) -> None:
+    """Through a real monitor: the cgroup counters carry the run, the node's pressure does not."""
+    proc = fixture_host(tmp_path, CPU_STAT_V2, "50000 100000\n", {"cpu": PSI, "io": PSI})
+    source = HostSource(FIXTURE_PID, tmp_path / "pressure", proc)
+    snapshot = Monitor("train", Target.attach(sleeper.pid).info, [source]).tick()
+    text = scrape([snapshot])
+    assert 'driftwatch_cgroup_cpu_throttled_seconds_total{run="train"} 4.5' in text
+    assert 'driftwatch_node_pressure_full_seconds_total{resource="io"} 2.0' in text
+    assert 'driftwatch_node_pressure_some_seconds_total{resource="cpu"} 4496.091587' in text
+    result = promtool_check_metrics(promtool, text)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip() == "", result.stdout

@@ -4,7 +4,8 @@ information (``/proc/pressure/{cpu,io,memory}``).
 
 Either reading may be missing here (a kernel without PSI, a cgroup without the CPU controller,
 a container that cannot see them): that reading is switched off with one quiet log line and
-the other carries on; only when both are missing is the source off.
+the other carries on; only when both are missing is the source off. A cgroup without a CPU
+quota cannot be throttled: its counters are stored only once a quota is set.
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ def cgroup_directory(cgroup: str, mountinfo: str, controller: str) -> tuple[Path
     """
     paths: dict[str, str] = {}  # "v1" or "v2" -> the process's path in that hierarchy
     for line in cgroup.splitlines():
+        if line.count(":") < 2:
+            continue
         number, controllers, path = line.split(":", 2)
         if number == "0" and controllers == "":
             paths.setdefault("v2", path)
