@@ -85,6 +85,30 @@ def test_cpu_stat_throttling_is_parsed_from_v1_and_v2_in_seconds() -> None:
     assert set(expected) <= set(SERIES)
 
 
+def test_the_real_cpu_stat_files_of_this_process_are_parsed() -> None:
+    """Each cgroup hierarchy mounted here (v1's cpu, v2), at this process's cgroup: v1's
+    cpu.stat always counts throttling, v2's only where the CPU controller is enabled (and the
+    kernel has CFS bandwidth control)."""
+    cgroup = Path("/proc/self/cgroup").read_text()
+    mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+    read = 0
+    for kind in ("cgroup", "cgroup2"):
+        only = "\n".join(line for line in mounts if f" - {kind} " in line)
+        located = cgroup_directory(cgroup, only, "cpu")
+        if located is None or not (located[1] / "cpu.stat").exists():
+            continue
+        counters = parse_cpu_stat((located[1] / "cpu.stat").read_text())
+        if kind == "cgroup2":
+            controllers = (located[1] / "cgroup.controllers").read_text().split()
+            assert not counters or "cpu" in controllers
+        else:
+            assert len(counters) == 3
+        assert all(value >= 0 for value in counters.values())
+        read += 1
+    if read == 0:
+        pytest.skip("no cgroup cpu.stat visible here")
+
+
 def test_the_cgroup_directory_is_found_through_the_mounts() -> None:
     cpu = Path("/sys/fs/cgroup/cpu")
     assert cgroup_directory(HYBRID_CGROUP, HYBRID_MOUNTS, "cpu") == (cpu, cpu / "job")
