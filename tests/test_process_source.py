@@ -1,8 +1,12 @@
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 
+import psutil
 import pytest
 
 from driftwatch.errors import TargetGone
@@ -60,3 +64,82 @@ def test_process_source_raises_target_gone_after_exit(sleeper: subprocess.Popen[
     sleeper.wait()
     with pytest.raises(TargetGone):
         source.sample(1.0)
+
+
+BUSY = "while True: pass"
+READER = """
+import sys
+for path in sys.stdin:
+    with open(path.strip(), "rb") as f:
+        while f.read(1 << 20):
+            pass
+    sys.stdout.write("read\\n"); sys.stdout.flush()
+"""
+
+
+def cpu_share(pid: int, seconds: float) -> float:
+    """The target's CPU seconds per wall second over ``seconds``, as Prometheus's ``rate()``
+    (and the live view) read it from the ``cpu_seconds`` counter."""
+    source = ProcessSource(Target.attach(pid))
+    start = time.monotonic()
+    before = {s.series: s.value for s in source.sample(0.0)}
+    time.sleep(seconds)
+    after = {s.series: s.value for s in source.sample(1.0)}
+    return (after["cpu_seconds"] - before["cpu_seconds"]) / (time.monotonic() - start)
+
+
+def test_cpu_share_of_a_busy_process_is_near_one_and_of_an_idle_one_near_zero(
+    sleeper: subprocess.Popen[bytes],
+) -> None:
+    busy = subprocess.Popen([sys.executable, "-c", BUSY])
+    try:
+        time.sleep(0.2)  # past the interpreter's start-up
+        busy_share = cpu_share(busy.pid, 1.0)
+    finally:
+        busy.kill()
+        busy.wait()
+    # One thread spinning: at most one CPU second per second, less on a machine shared
+    # with other work (CI), but far above an idle process.
+    assert 0.5 < busy_share < 1.1
+    assert cpu_share(sleeper.pid, 1.0) < 0.05
+
+
+def file_system(path: Path) -> str:
+    """The type of the file system ``path`` lies on (``ext4``, ``tmpfs``, ...)."""
+    mounts = psutil.disk_partitions(all=True)
+    best = max(
+        (m for m in mounts if path.is_relative_to(m.mountpoint)), key=lambda m: len(m.mountpoint)
+    )
+    return best.fstype
+
+
+def test_storage_reads_of_a_process_reading_a_real_file(tmp_path: Path) -> None:
+    if file_system(tmp_path) in ("tmpfs", "ramfs"):
+        pytest.skip(f"{tmp_path} is in memory: no read reaches a storage device")
+    data = tmp_path / "data.bin"
+    size = 8 << 20
+    with data.open("wb") as f:
+        f.write(os.urandom(size))
+        f.flush()
+        os.fsync(f.fileno())
+        # Out of the page cache, so the read below goes to the storage device.
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    child = subprocess.Popen(
+        [sys.executable, "-c", READER], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert child.stdin is not None
+    assert child.stdout is not None
+    try:
+        source = ProcessSource(Target.attach(child.pid))
+        before = {s.series: s.value for s in source.sample(0.0)}
+        child.stdin.write(f"{data}\n{data}\n".encode())  # a second time: from the page cache
+        child.stdin.flush()
+        assert child.stdout.readline() == b"read\n"
+        assert child.stdout.readline() == b"read\n"
+        after = {s.series: s.value for s in source.sample(1.0)}
+    finally:
+        child.kill()
+        child.wait()
+    # Both reads pass through read(); only the first reaches the storage device.
+    assert after["read_syscall_bytes"] - before["read_syscall_bytes"] >= 2 * size
+    assert size <= after["read_bytes"] - before["read_bytes"] < 2 * size

@@ -15,6 +15,7 @@ from driftwatch.channel.paths import process_channel
 from driftwatch.series import Sample
 from driftwatch.sources.eventfiles import EventFileSource
 from driftwatch.sources.hook import HookSource
+from driftwatch.sources.host import HostSource
 from driftwatch.sources.nvml import NvmlSource
 from driftwatch.sources.process import ProcessSource
 from driftwatch.target import Target
@@ -61,4 +62,5 @@ def default_sources(
         hook,
         EventFileSource(logdirs, target.open_paths, track_steps=lambda: not hook.connected),
         NvmlSource(target.pid),
+        HostSource(target.pid),
     ]
