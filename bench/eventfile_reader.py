@@ -133,7 +133,7 @@ def export_base(base: str, into: Path) -> Path:
     commit = subprocess.run(
         ["git", "rev-parse", "--short", base], cwd=REPO, capture_output=True, text=True
     )
-    print(f"the reader replaced: {base} ({commit.stdout.strip()})")
+    print(f"the reader replaced: {commit.stdout.strip()}")
     return into
 
 
@@ -298,6 +298,8 @@ class Attached:
     job_rate: float  # MB/s the job wrote
     total_cpu: float  # attach's CPU seconds, start-up and the final read included
     drained_after: float | None  # seconds from the job's end to attach's
+    unread_at_job_end: float  # event_file_unread_bytes then (NaN: the old reader has none)
+    warned_behind: bool  # attach warned that a tick's read budget stopped it
 
 
 def metric(url: str, name: str) -> float:
@@ -354,6 +356,7 @@ def attach_job(reader: Reader, args: argparse.Namespace, scratch: Path) -> Attac
     last = job.stdout.readline().split()  # printed after the writer's close
     cpu1, t1 = sum(watched.cpu_times()[:2]), time.monotonic()
     step_at_end = metric(url, "driftwatch_train_step")
+    unread = metric(url, "driftwatch_event_file_unread_bytes")
     job.wait()
     if last[:1] != ["done"]:
         sys.exit(f"the job did not end as expected: {last}")
@@ -378,6 +381,8 @@ def attach_job(reader: Reader, args: argparse.Namespace, scratch: Path) -> Attac
         job_rate=float(last[2]),
         total_cpu=total,
         drained_after=drained,
+        unread_at_job_end=unread,
+        warned_behind="written faster than" in err.read_text(),
     )
 
 
@@ -421,6 +426,8 @@ def bench_attach(readers: list[Reader], args: argparse.Namespace, scratch: Path)
     for reader in readers:
         idle = attach_idle(reader, args.seconds, scratch)
         watched = attach_job(reader, args, scratch)
+        left = watched.unread_at_job_end
+        unread = f"{left:,.0f} bytes" if left == left else "no such series"
         drained = (
             f"its summary's last step {watched.last_step} "
             f"({watched.drained_after:.1f} s after the job's end)"
@@ -431,10 +438,13 @@ def bench_attach(readers: list[Reader], args: argparse.Namespace, scratch: Path)
             f"  {reader.name}: {100 * watched.cpu_share:.2f} % of a core while the job wrote "
             f"({watched.job_rate:.0f} MB/s; idle target: {100 * idle:.2f} %); "
             f"step read when the job stopped: {watched.step_at_job_end:.0f} of "
-            f"{watched.job_last_step}; {drained}; {watched.total_cpu:.1f} CPU s in all"
+            f"{watched.job_last_step} (unread then: {unread}; "
+            f"warned of falling behind: {'yes' if watched.warned_behind else 'no'}); "
+            f"{drained}; {watched.total_cpu:.1f} CPU s in all"
         )
         if reader is readers[0]:
             ok = watched.cpu_share <= 0.02 and watched.last_step == watched.job_last_step
+            ok = ok and not watched.warned_behind
     return ok
 
 
