@@ -136,17 +136,19 @@ def walk(window: _Window, start: int, end: int, message: Message) -> bytes:
     kept, walked, only = message.kept, message.walked, message.only
     missing = set(kept) if only else None  # kept fields not seen yet
     pos = start
+    data = window.data
+    n = len(data)
     while pos < end:
         if missing is not None and not missing:
             break  # nothing more to keep: the rest is never read
         i = pos - window.start  # inline ``window.at(pos, ...)``: the hot path
-        data = window.data
-        if i < 0 or i + _KEY_READ > len(data):
+        if i < 0 or i + _KEY_READ > n:
             i = window.at(pos, _KEY_READ if end - pos > _KEY_READ else end - pos)
             data = window.data
+            n = len(data)
         limit = i + end - pos
-        if limit > len(data):
-            limit = len(data)  # still _KEY_READ bytes at least, or to the end
+        if limit > n:
+            limit = n  # still _KEY_READ bytes at least, or to the end
         key = data[i]
         j = i + 1
         if key >= 0x80:
@@ -170,6 +172,8 @@ def walk(window: _Window, start: int, end: int, message: Message) -> bytes:
                     inside = walk(window, pos + header, pos + size, inner)
                     out += (_encode_varint(key), _encode_varint(len(inside)), inside)
                     pos += size
+                    data = window.data
+                    n = len(data)
                     continue
                 if number not in kept:
                     if not only:
@@ -177,7 +181,10 @@ def walk(window: _Window, start: int, end: int, message: Message) -> bytes:
                     pos += size
                     continue
         elif wire == 0:
-            _value, j = _varint(data, j, limit)
+            if j < limit and data[j] < 0x80:
+                j += 1
+            else:
+                _value, j = _varint(data, j, limit)
             size = j - i
         elif wire in _FIXED:
             size = j - i + _FIXED[wire]
@@ -190,9 +197,10 @@ def walk(window: _Window, start: int, end: int, message: Message) -> bytes:
                 pos += size
                 continue
             missing.discard(number)
-        if i + size > len(data):
+        if i + size > n:
             i = window.at(pos, size)
             data = window.data
+            n = len(data)
         out.append(data[i : i + size])
         pos += size
     return b"".join(out)
