@@ -22,18 +22,24 @@ import itertools
 import json
 import math
 import operator
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
 
 from driftwatch.detect import Engine
 from driftwatch.detect.catalog import default_engine
 from driftwatch.errors import DriftwatchError
 from driftwatch.findings import KINDS, Finding
 from driftwatch.series import SERIES, Sample
-from driftwatch.sources.eventfiles import replay_logdir
+from driftwatch.sources.replay import replay_logdir
 from driftwatch.units import human_seconds, local_time
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
 
 EVALUATE_EVERY_SECONDS = 30.0
 """How often, in the recording's time, the detectors are asked what holds (seconds)."""
@@ -41,6 +47,8 @@ GAP_SECONDS = 6 * 3600.0
 """A silence in the records longer than this is a gap: a stopped run resumed (seconds)."""
 REORDER_SECONDS = 60.0
 """How far before the newest record so far a samples file's record may be (seconds)."""
+PROGRESS_AFTER_SECONDS = 2.0
+"""A logdir's read shows a progress bar once it has lasted this long, on a terminal (seconds)."""
 
 
 class RecordingError(DriftwatchError):
@@ -263,10 +271,52 @@ def detect(
     return [finding for _, finding in reported]
 
 
+class ReadProgress:
+    """A progress bar of the bytes of a logdir read, on stderr: only on a terminal, and only
+    once the read has lasted ``after`` seconds, so quick reads and pipes stay quiet."""
+
+    def __init__(self, console: Console | None = None, after: float = PROGRESS_AFTER_SECONDS):
+        self._console = console if console is not None else Console(stderr=True)
+        self._from = time.monotonic() + after
+        self._bar: tuple[Progress, TaskID] | None = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self._bar is None:
+            if time.monotonic() < self._from or not self._console.is_terminal:
+                return
+            from rich.progress import (
+                BarColumn,
+                DownloadColumn,
+                Progress,
+                TextColumn,
+                TimeRemainingColumn,
+                TransferSpeedColumn,
+            )
+
+            bar = Progress(
+                TextColumn("reading event files"),
+                *(BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn()),
+                console=self._console,
+                transient=True,
+            )
+            self._bar = bar, bar.add_task("read", total=total)
+            bar.start()
+        bar, task = self._bar
+        bar.update(task, completed=done, total=total)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar[0].stop()
+
+
 def analyze(path: Path, new_engine: Callable[[], Engine] = default_engine) -> list[Finding]:
     """Findings for a TensorBoard logdir or a samples file (see ``detect``)."""
     if path.is_dir():
-        samples = list(replay_logdir(path))
+        progress = ReadProgress()
+        try:
+            samples = list(replay_logdir(path, progress=progress))
+        finally:
+            progress.close()
         if not samples:
             raise RecordingError(f"{path}: no TensorBoard event files with data in it")
         samples.sort(key=_TIME)

@@ -248,6 +248,10 @@ SERIES: dict[str, SeriesSpec] = {
         "driftwatch_event_file_largest_bytes",
         "Size of the run's largest single TensorBoard event file.",
     ),
+    "event_file_unread_bytes": SeriesSpec(
+        "driftwatch_event_file_unread_bytes",
+        "Bytes of the run's event files a tick left unread: 0 unless reading falls behind.",
+    ),
     "train_step": SeriesSpec("driftwatch_train_step", "Latest training step seen."),
     "step_timestamp": SeriesSpec(
         "driftwatch_last_step_timestamp_seconds",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -11,9 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from bench.detection.analyze_speed import DAY, RESTART_SECONDS, T0, YEAR, write_logdir
-from driftwatch.analyze import GAP_SECONDS, RecordingError, analyze, read_samples
+from driftwatch.analyze import GAP_SECONDS, ReadProgress, RecordingError, analyze, read_samples
 from driftwatch.detect import Engine
 from driftwatch.detect.catalog import default_detectors
 from driftwatch.findings import Finding
@@ -278,3 +280,29 @@ def test_nothing_is_judged_after_the_last_record(tmp_path: Path) -> None:
     assert max(asked.times) == T0 + 1190
     assert float(findings[0].evidence["seconds_since_last_step"]) == 1190 - 599
     assert analyze(write_samples(tmp_path / "ended.jsonl", rows)) == []
+
+
+def test_a_long_read_on_a_terminal_shows_a_progress_bar() -> None:
+    out = io.StringIO()
+    progress = ReadProgress(Console(file=out, force_terminal=True, width=100), after=0.0)
+    progress(512 << 20, 1 << 30)
+    progress(1 << 30, 1 << 30)
+    progress.close()
+    assert "reading event files" in out.getvalue()
+    assert "1.1/1.1 GB" in out.getvalue()
+
+
+@pytest.mark.parametrize(("terminal", "after"), [(False, 0.0), (True, 3600.0)])
+def test_no_progress_bar_off_a_terminal_or_for_a_quick_read(terminal: bool, after: float) -> None:
+    out = io.StringIO()
+    progress = ReadProgress(Console(file=out, force_terminal=terminal), after=after)
+    progress(1, 2)
+    progress.close()
+    assert out.getvalue() == ""
+
+
+def test_analyze_of_a_logdir_prints_nothing_on_stderr_off_a_terminal(tmp_path: Path) -> None:
+    write_logdir(tmp_path / "logs", 0.5)
+    result = run_cli("analyze", "--json", str(tmp_path / "logs"))
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""

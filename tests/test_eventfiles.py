@@ -19,15 +19,17 @@ from bench.detection.analyze_speed import T0, YEAR, EventLog
 
 pytest.importorskip("tensorboard")
 
-from tensorboard.compat.proto import event_pb2
+from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.plugins.image import metadata as image_metadata
 from tensorboard.plugins.scalar import metadata as scalar_metadata
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 from tensorboard.util import tensor_util
 
 from driftwatch.errors import SourceUnavailable, TargetAccessDenied, TargetGone
 from driftwatch.series import SERIES, Sample
-from driftwatch.sources import eventfiles
-from driftwatch.sources.eventfiles import EventFileSource, describe, replay_logdir
+from driftwatch.sources import eventfiles, records
+from driftwatch.sources.eventfiles import EventFileSource, describe
+from driftwatch.sources.replay import replay_logdir
 from driftwatch.target import Target
 from tests.conftest import REPO, TF_ENV, in_pid_namespace, needs_pid_namespaces
 
@@ -63,6 +65,23 @@ class Log:
                 summary.metadata.CopyFrom(scalar_metadata.create_summary_metadata(tag, ""))
         self._writer.add_event(event)
         return len(event.SerializeToString()) + 16  # length, its CRC, data, data CRC
+
+    def image(self, step: int, wall_time: float, tag: str, size: int, tf1: bool = False) -> None:
+        """Log an image summary of ``size`` bytes (random: a reader never looks inside), as
+        TF2 writes it (a string tensor: width, height, encoded images) or TF1 (``image``)."""
+        event = event_pb2.Event(wall_time=wall_time, step=step)
+        encoded = os.urandom(size)
+        if tf1:
+            image = summary_pb2.Summary.Image(height=8, width=8, encoded_image_string=encoded)
+            event.summary.value.add(tag=tag, image=image)
+        else:
+            value = event.summary.value.add(tag=tag)
+            value.tensor.CopyFrom(tensor_util.make_tensor_proto([b"8", b"8", encoded]))
+            value.metadata.CopyFrom(image_metadata.create_summary_metadata(tag, ""))
+        self.event(event)
+
+    def event(self, event: event_pb2.Event) -> None:
+        self._writer.add_event(event)
 
     def flush(self) -> None:
         self._writer.flush()
@@ -507,3 +526,275 @@ def test_a_replayed_file_whose_first_record_is_dated_later_still_yields_every_st
     log.close()
     stamps = [s for s in replay_logdir(tmp_path) if s.series == "step_timestamp"]
     assert len(stamps) >= 600
+
+
+def test_read_budget_stopping_a_read_says_how_far_behind_once(
+    tmp_path: Path, log: Log, caplog: pytest.LogCaptureFixture
+) -> None:
+    for step in range(1, 4):
+        log.scalar(step, float(step), loss=1.0)
+    log.flush()
+    source = EventFileSource([tmp_path], read_budget_seconds=0.0)  # one event per tick
+    with caplog.at_level(logging.WARNING):
+        ticks = [latest(source.sample(float(t))) for t in range(6)]
+    unread = [tick["event_file_unread_bytes"] for tick in ticks]
+    starts = record_starts(log.path)
+    size = log.path.stat().st_size
+    assert unread == [size - start for start in starts[1:]] + [0.0, 0.0, 0.0]
+    behind = [r.getMessage() for r in caplog.records if "written faster than" in r.getMessage()]
+    assert len(behind) == 1
+    assert "event_file_unread_bytes" in behind[0]
+    assert ticks[-1]["train_step"] == 3
+
+
+def test_keeping_up_leaves_nothing_unread_and_warns_nothing(
+    tmp_path: Path, log: Log, caplog: pytest.LogCaptureFixture
+) -> None:
+    source = EventFileSource([tmp_path])
+    with caplog.at_level(logging.WARNING):
+        for step in range(1, 4):
+            log.image(step, float(step), "samples", 200_000)
+            log.scalar(step, float(step), loss=1.0)
+            log.flush()
+            assert latest(source.sample(float(step)))["event_file_unread_bytes"] == 0
+    assert caplog.records == []
+
+
+def pread_counted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of what ``records`` reads from files from now on."""
+    reads: list[int] = []
+    pread = os.pread
+
+    def counted(fd: int, n: int, offset: int) -> bytes:
+        data = pread(fd, n, offset)
+        reads.append(len(data))
+        return data
+
+    monkeypatch.setattr(os, "pread", counted)  # records reads through os.pread
+    return reads
+
+
+@pytest.mark.parametrize("tf1", [False, True], ids=["tf2-tensor", "tf1-image"])
+def test_large_image_records_are_skipped_by_their_length_their_steps_read(
+    tmp_path: Path, log: Log, monkeypatch: pytest.MonkeyPatch, tf1: bool
+) -> None:
+    written = []
+    for step in range(1, 6):
+        log.image(step, 100.0 + step, "samples", 500_000, tf1=tf1)
+        log.scalar(step, 100.5 + step, loss=float(step))
+        written += [(step, 100.0 + step, "samples"), (step, 100.5 + step, "loss")]
+    log.close()
+    reads = pread_counted(monkeypatch)
+    reader = eventfiles.tail(str(log.path))
+    events = list(reader.events())[1:]  # after the file version
+    assert sum(reads) < 0.02 * log.path.stat().st_size
+    assert [(e.step, e.wall_time, e.summary.value[0].tag) for e in events] == written
+    plugins = {e.summary.value[0].metadata.plugin_data.plugin_name for e in events[::2]}
+    assert plugins == ({""} if tf1 else {"images"})
+    assert [e.summary.value[0].WhichOneof("value") for e in events[::2]] == 5 * [
+        "image" if tf1 else "tensor"
+    ]
+    scalars = [s for e in events for s in reader.scalars_of(e)]
+    assert [(s.step, s.value, s.key[1]) for s in scalars] == [(i, i, "loss") for i in range(1, 6)]
+    assert reader.records.offset == log.path.stat().st_size
+
+
+def test_a_large_merged_summary_keeps_its_scalars(tmp_path: Path, log: Log) -> None:
+    """TF1's ``merge_all``: scalars, an image and a histogram in one event."""
+    for step in range(1, 4):
+        event = event_pb2.Event(wall_time=10.0 * step, step=step)
+        event.summary.value.add(tag="loss", simple_value=1.0 / step)
+        image = summary_pb2.Summary.Image(height=8, width=8, encoded_image_string=b"x" * 100_000)
+        event.summary.value.add(tag="input", image=image)
+        histogram = summary_pb2.HistogramProto(bucket_limit=range(2000), bucket=[1.0] * 2000)
+        event.summary.value.add(tag="weights", histo=histogram)
+        event.summary.value.add(tag="accuracy", simple_value=math.nan)
+        log.event(event)
+    log.close()
+    assert record_sizes(log.path)[1] > records.SMALL_RECORD_BYTES
+    assert driftwatchs_scalars(log.path) == tensorboards_scalars(log.path)
+    assert [s[3] for s in driftwatchs_scalars(log.path)] == 3 * ["loss", "accuracy"]
+
+
+@pytest.mark.parametrize("cut", [6, 40, 300_000, -1], ids=["header", "fields", "payload", "crc"])
+def test_a_large_record_cut_off_is_read_once_completed(tmp_path: Path, log: Log, cut: int) -> None:
+    log.scalar(1, 1.0, loss=1.0)
+    log.image(2, 2.0, "samples", 400_000)
+    log.scalar(2, 2.5, loss=1.0)
+    log.close()
+    starts = record_starts(log.path)
+    data = log.path.read_bytes()
+    start, end = starts[-2], starts[-1]
+    os.truncate(log.path, start + cut % (end - start))
+    source = EventFileSource([tmp_path])
+    assert latest(source.sample(0.0))["train_step"] == 1
+    with log.path.open("r+b") as f:
+        f.write(data)
+    assert latest(source.sample(1.0))["train_step"] == 2
+
+
+def test_a_large_record_that_does_not_walk_is_read_whole_and_skipped_if_corrupt(
+    tmp_path: Path, log: Log, caplog: pytest.LogCaptureFixture
+) -> None:
+    log.image(1, 1.0, "samples", 400_000)
+    log.scalar(1, 1.5, loss=1.0)
+    log.image(2, 2.0, "samples", 400_000)
+    log.scalar(2, 2.5, loss=1.0)
+    log.close()
+    image = record_starts(log.path)[1]
+    # The summary's length (after wall time and step): now past the record's end.
+    with log.path.open("r+b") as f:
+        f.seek(image + 12 + 9 + 2 + 1)
+        f.write(b"\xff\xff\xff\x7f")
+    with caplog.at_level(logging.WARNING):
+        values = latest(EventFileSource([tmp_path]).sample(0.0))
+    assert values["train_step"] == 2
+    (warning,) = warnings_about(log.path, caplog)
+    assert "fails its checksum and is skipped" in warning
+
+
+def record_sizes(path: Path) -> list[int]:
+    starts = record_starts(path)
+    ends = [*starts[1:], path.stat().st_size]
+    return [end - start for start, end in zip(starts, ends, strict=True)]
+
+
+Scalars = list[tuple[float, int, str, str]]
+
+
+def tensorboards_scalars(path: Path) -> Scalars:
+    """What tensorboard's own loader (its migrations included) and driftwatch's rule as it was
+    make of a file: every value of a tag whose latest metadata says scalar, that holds one
+    number (values as ``repr``: NaN equals NaN)."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    scalar_tags: set[str] = set()
+    found = []
+    for event in EventFileLoader(str(path)).Load():
+        for value in event.summary.value:
+            if value.HasField("metadata"):
+                if value.metadata.data_class == summary_pb2.DATA_CLASS_SCALAR:
+                    scalar_tags.add(value.tag)
+                else:
+                    scalar_tags.discard(value.tag)
+            if value.tag in scalar_tags and value.HasField("tensor"):
+                array = tensor_util.make_ndarray(value.tensor)
+                if array.size == 1:
+                    number = repr(float(array.ravel()[0]))
+                    found.append((event.wall_time, event.step, number, value.tag))
+    return found
+
+
+def driftwatchs_scalars(path: Path) -> Scalars:
+    reader = eventfiles.tail(str(path))
+    return [
+        (s.wall_time, s.step, repr(s.value), s.key[1])
+        for event in reader.events()
+        for s in reader.scalars_of(event)
+    ]
+
+
+def tensorboards_events(path: Path) -> list[tuple[float, int, str | None]]:
+    from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
+
+    events = map(event_pb2.Event.FromString, RawEventFileLoader(str(path)).Load())
+    return [(e.wall_time, e.step, e.WhichOneof("what")) for e in events]
+
+
+def driftwatchs_events(path: Path) -> list[tuple[float, int, str | None]]:
+    return [
+        (e.wall_time, e.step, e.WhichOneof("what")) for e in eventfiles.tail(str(path)).events()
+    ]
+
+
+def test_scalars_are_those_tensorboards_reader_finds(tmp_path: Path, log: Log) -> None:
+    """Every form a scalar (or a look-alike) takes, small and large: the same scalars."""
+    tensor = tensor_util.make_tensor_proto
+    for step in range(1, 4):
+        t = 100.0 * step
+        log.scalar(step, t, loss=1.0 / step, accuracy=math.nan)  # TF2, metadata once
+        log.scalar(step, t + 1, epoch_loss=float(step))
+        event = event_pb2.Event(wall_time=t + 2, step=step)
+        event.summary.value.add(tag="tf1", simple_value=float(step))
+        event.summary.value.add(tag="int", tensor=tensor(step), metadata=SCALAR_METADATA)
+        event.summary.value.add(tag="pair", tensor=tensor([1.0, 2.0]), metadata=SCALAR_METADATA)
+        event.summary.value.add(tag="half", tensor=tensor(np_half(step)), metadata=SCALAR_METADATA)
+        event.summary.value.add(tag="no-metadata", tensor=tensor(1.0))
+        event.summary.value.add(tag="shifty", simple_value=1.0)  # a scalar, then an image
+        log.event(event)
+        log.image(step, t + 3, "shifty", 200_000 if step == 2 else 100, tf1=step % 2 == 0)
+        log.image(step, t + 4, "tf1-image", 100_000, tf1=True)
+        log.image(step, t + 5, "small-image", 100)
+        graph = event_pb2.Event(wall_time=t + 6, step=step, graph_def=b"g" * 100_000)
+        log.event(graph)
+        run = event_pb2.TaggedRunMetadata(tag="loss", run_metadata=b"r" * (50 * step))
+        log.event(event_pb2.Event(wall_time=t + 7, step=step, tagged_run_metadata=run))
+    log.close()
+    found = driftwatchs_scalars(log.path)
+    assert found == tensorboards_scalars(log.path)
+    assert {tag for *_, tag in found} == {
+        *("loss", "accuracy", "epoch_loss", "tf1", "int", "half", "shifty")
+    }
+    assert driftwatchs_events(log.path) == tensorboards_events(log.path)
+
+
+SCALAR_METADATA = scalar_metadata.create_summary_metadata("", "")
+
+
+def np_half(value: float) -> object:
+    import numpy as np
+
+    return np.float16(value)
+
+
+TF_SUMMARIES = """
+import sys
+import numpy as np
+import tensorflow as tf
+logdir = sys.argv[1]
+rng = np.random.default_rng(0)
+images = rng.integers(0, 256, (3, 128, 128, 3), dtype=np.uint8)
+with tf.summary.create_file_writer(logdir + "/tf2").as_default():
+    for step in range(4):
+        tf.summary.scalar("loss", 1.0 / (step + 1) if step != 2 else float("nan"), step=step)
+        tf.summary.scalar("lr", tf.constant(0.1, tf.float64), step=step)
+        tf.summary.image("samples", images, step=step, max_outputs=3)
+        tf.summary.image("thumb", images[:1, :4, :4], step=step)
+        tf.summary.histogram("weights", rng.normal(size=100_000), step=step, buckets=2000)
+        tf.summary.text("note", "step %d" % step, step=step)
+tf.compat.v1.disable_eager_execution()
+with tf.Graph().as_default():
+    x = tf.compat.v1.placeholder(tf.float32, [])
+    tf.compat.v1.summary.scalar("v1_loss", x)
+    tf.compat.v1.summary.image("v1_images", tf.constant(images), max_outputs=3)
+    tf.compat.v1.summary.histogram("v1_weights", tf.random.normal([10000]))
+    merged = tf.compat.v1.summary.merge_all()
+    graph = tf.compat.v1.get_default_graph()
+    writer = tf.compat.v1.summary.FileWriter(logdir + "/tf1", graph=graph)
+    with tf.compat.v1.Session() as session:
+        for step in range(4):
+            writer.add_summary(session.run(merged, {x: 2.0 ** -step}), step)
+    writer.close()
+"""
+
+
+@pytest.mark.tf
+@pytest.mark.paired
+@pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="needs TensorFlow")
+def test_reads_what_tensorflow_writes_as_tensorboards_reader_does(tmp_path: Path) -> None:
+    """TF2 and TF1 summaries of every kind, images large enough to be skipped: the same
+    scalars, and the same wall time and step of every event."""
+    subprocess.run(
+        [sys.executable, "-c", TF_SUMMARIES, str(tmp_path)],
+        check=True,
+        env={**os.environ, **TF_ENV},
+        timeout=240,
+    )
+    paths = sorted(tmp_path.glob("*/events.out.tfevents.*"))
+    assert len(paths) == 2
+    for path in paths:
+        assert max(record_sizes(path)) > records.SMALL_RECORD_BYTES
+        assert driftwatchs_events(path) == tensorboards_events(path)
+        found = driftwatchs_scalars(path)
+        assert found == tensorboards_scalars(path)
+        assert len(found) == (8 if path.parent.name == "tf2" else 4)

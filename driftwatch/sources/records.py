@@ -1,0 +1,299 @@
+"""The TFRecord framing of event files, read by the records' headers.
+
+A TFRecord is its data's length (8 bytes, little-endian), the masked CRC-32C of those 8
+bytes (4), the data, and the data's masked CRC-32C (4). Every header is read and its
+length's checksum checked, so the framing is never trusted blindly; what happens to the
+data depends on its length (the rule, and why, in docs/analyze.md, "Reading event files"):
+
+- a record of up to ``SMALL_RECORD_BYTES`` (every scalar a training job logs) is read
+  whole, its checksum checked, and handed on as it is;
+- a longer one (images, histograms, audio, graphs, profiles) is *walked*: its protobuf
+  fields are read one by one, and the payloads no scalar and no step can be in (field
+  lengths above ``KEEP_FIELD_BYTES`` in the places ``EVENT`` names) are skipped by their
+  length, never read. What is handed on is the record re-encoded without those payloads: a
+  valid ``Event`` with the same wall time, step, summary tags and metadata, every small
+  value whole (a TF1 merged summary's scalars too), and each large tensor's dtype and
+  shape. Its skipped bytes are not checksummed (not reading them is the point); its
+  structure is checked instead, and a record that does not walk cleanly (a field running
+  past its end, an unknown wire type) is read whole and checked as a small one is.
+
+Corruption is handled as tensorboard's writer leaves it to readers: a record whose data
+fails its checksum is skipped (its length was intact), and a file whose length fails its
+checksum is no longer read (nothing after it can be found reliably); either is logged once
+per file. A record not yet completely written is retried on the next read.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
+
+SMALL_RECORD_BYTES = 64 * 1024
+"""Records up to this length are read whole and checksummed; longer ones are walked (bytes)."""
+KEEP_FIELD_BYTES = 1024
+"""In a walked record, a payload field up to this length is kept, a longer one skipped (bytes)."""
+READ_BYTES = 8 * 1024
+"""Bytes read at a time: a window of small records, or a walked record's next fields."""
+
+_HEADER = struct.Struct("<QI")  # a record's length and the length's masked CRC-32C
+_CRC = struct.Struct("<I")
+_LENGTH_OF_LENGTH = 8
+_KEY_READ = 20  # a field's key and length: two varints of at most 10 bytes each
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """How a walked protobuf message is re-encoded: which fields are walked in turn (when
+    longer than ``KEEP_FIELD_BYTES``), which are kept whatever their length, and whether the
+    others are dropped (``only``) or kept when short and emptied when long."""
+
+    walked: Mapping[int, Message] = field(default_factory=dict)
+    kept: frozenset[int] = frozenset()
+    only: bool = False
+
+
+# Field numbers of tensorboard/compat/proto: event.proto, summary.proto, tensor.proto.
+_TENSOR = Message(kept=frozenset({1, 2}), only=True)  # dtype, tensor_shape: a scalar's size
+_PLUGIN_DATA = Message(kept=frozenset({1}))  # plugin_name (its content can go)
+_METADATA = Message(walked={1: _PLUGIN_DATA})  # data_class is a varint: always kept
+_VALUE = Message(walked={8: _TENSOR, 9: _METADATA}, kept=frozenset({1}))  # tag kept
+_SUMMARY = Message(walked={1: _VALUE})
+_TAGGED_RUN_METADATA = Message(kept=frozenset({1}))  # tag (run_metadata can go)
+EVENT = Message(walked={5: _SUMMARY, 8: _TAGGED_RUN_METADATA})
+"""What a walked event keeps. A long field emptied rather than dropped (an image, a
+histogram, a graph) stays in its ``oneof``, so the event is still of the same kind."""
+
+
+class _Short(Exception):
+    """The file ends before the bytes asked for: a record still being written."""
+
+
+class _Malformed(Exception):
+    """A walked record is no valid protobuf encoding."""
+
+
+class _Window:
+    """A file's bytes, read ``READ_BYTES`` (or more) at a time with ``pread``."""
+
+    __slots__ = ("data", "fd", "start")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.start = 0
+        self.data = b""
+
+    def at(self, offset: int, n: int) -> int:
+        """The index in ``data`` of the file's bytes ``[offset, offset + n)``."""
+        index = offset - self.start
+        if index < 0 or index + n > len(self.data):
+            self.data = os.pread(self.fd, max(n, READ_BYTES), offset)
+            self.start, index = offset, 0
+            if n > len(self.data):
+                raise _Short
+        return index
+
+
+def _varint(data: bytes, i: int, end: int) -> tuple[int, int]:
+    """The varint at ``data[i:]`` and the index after it; ``_Malformed`` past ``end``."""
+    value = shift = 0
+    while i < end:
+        byte = data[i]
+        value |= (byte & 0x7F) << shift
+        i += 1
+        if byte < 0x80:
+            return value, i
+        shift += 7
+        if shift > 63:
+            break
+    raise _Malformed
+
+
+_ONE_BYTE = [bytes((n,)) for n in range(0x80)]  # varints of one byte, ready-made
+
+
+def _encode_varint(value: int) -> bytes:
+    if value < 0x80:
+        return _ONE_BYTE[value]
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+_FIXED = {1: 8, 5: 4}  # wire types of 64- and 32-bit fields: their lengths
+
+
+def walk(window: _Window, start: int, end: int, message: Message) -> bytes:
+    """The message at file bytes ``[start, end)`` re-encoded as ``message`` says."""
+    out: list[bytes] = []
+    kept, walked, only = message.kept, message.walked, message.only
+    missing = set(kept) if only else None  # kept fields not seen yet
+    pos = start
+    data = window.data
+    n = len(data)
+    while pos < end:
+        if missing is not None and not missing:
+            break  # nothing more to keep: the rest is never read
+        i = pos - window.start  # inline ``window.at(pos, ...)``: the hot path
+        if i < 0 or i + _KEY_READ > n:
+            i = window.at(pos, _KEY_READ if end - pos > _KEY_READ else end - pos)
+            data = window.data
+            n = len(data)
+        limit = i + end - pos
+        if limit > n:
+            limit = n  # still _KEY_READ bytes at least, or to the end
+        key = data[i]
+        j = i + 1
+        if key >= 0x80:
+            key, j = _varint(data, i, limit)
+        number, wire = key >> 3, key & 7
+        if number == 0:
+            raise _Malformed
+        if wire == 2:
+            length = data[j] if j < limit else 0x80
+            if length < 0x80:
+                j += 1
+            else:
+                length, j = _varint(data, j, limit)
+            header = j - i
+            size = header + length
+            if pos + size > end:
+                raise _Malformed
+            if length > KEEP_FIELD_BYTES:
+                inner = walked.get(number)
+                if inner is not None:
+                    inside = walk(window, pos + header, pos + size, inner)
+                    out += (_encode_varint(key), _encode_varint(len(inside)), inside)
+                    pos += size
+                    data = window.data
+                    n = len(data)
+                    continue
+                if number not in kept:
+                    if not only:
+                        out.append(_encode_varint(key) + b"\0")  # emptied: same field, no bytes
+                    pos += size
+                    continue
+        elif wire == 0:
+            if j < limit and data[j] < 0x80:
+                j += 1
+            else:
+                _value, j = _varint(data, j, limit)
+            size = j - i
+        elif wire in _FIXED:
+            size = j - i + _FIXED[wire]
+            if pos + size > end:
+                raise _Malformed
+        else:
+            raise _Malformed  # groups (deprecated) or no wire type at all
+        if missing is not None:
+            if number not in kept:
+                pos += size
+                continue
+            missing.discard(number)
+        if i + size > n:
+            i = window.at(pos, size)
+            data = window.data
+            n = len(data)
+        out.append(data[i : i + size])
+        pos += size
+    return b"".join(out)
+
+
+MaskedCrc = Callable[[bytes], int]
+"""TFRecord's checksum: the masked CRC-32C of some bytes."""
+
+
+class Records:
+    """The TFRecords of one file, read from where the last read stopped (``offset``)."""
+
+    def __init__(self, path: str, masked_crc: MaskedCrc) -> None:
+        self.path = path
+        self.offset = 0  # just past the last whole record
+        self.size = 0  # the file's size when it was last read
+        self.behind = False  # the last read was stopped before the file's end
+        self._crc = masked_crc
+        self._skipped = False  # a record was skipped: warned
+        self.broken = False  # the framing was lost: the file is not read any more
+
+    def __iter__(self) -> Iterator[bytes]:
+        """Whole records after ``offset``, each once (a long one walked: see the module);
+        ``OSError`` if the file cannot be read."""
+        if self.broken:
+            return
+        fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            self.size = size = os.fstat(fd).st_size
+            window = _Window(fd)
+            crc = self._crc
+            while self.offset + _HEADER.size <= size:
+                i = window.at(self.offset, _HEADER.size)
+                data = window.data
+                length, length_crc = _HEADER.unpack_from(data, i)
+                if crc(data[i : i + _LENGTH_OF_LENGTH]) != length_crc:
+                    self._lose_framing()
+                    return
+                start = self.offset + _HEADER.size
+                end = start + length + _CRC.size
+                if end > size:
+                    return  # not completely written yet
+                try:
+                    if length <= SMALL_RECORD_BYTES:  # inline: the path of every scalar
+                        i = window.at(start, length + _CRC.size)
+                        data = window.data
+                        whole = data[i : i + length]
+                        (data_crc,) = _CRC.unpack_from(data, i + length)
+                        record = whole if crc(whole) == data_crc else None
+                        if record is None:
+                            self._skip()
+                    else:
+                        record = self._large(window, start, length)
+                except _Short:
+                    return  # shorter than it was a moment ago: read again next time
+                self.offset = end
+                if record is not None:
+                    yield record
+        finally:
+            os.close(fd)
+
+    def _small(self, window: _Window, start: int, length: int) -> bytes | None:
+        """The record's data, if it passes its checksum."""
+        i = window.at(start, length + _CRC.size)
+        data = window.data
+        record = data[i : i + length]
+        if self._crc(record) == _CRC.unpack_from(data, i + length)[0]:
+            return record
+        self._skip()
+        return None
+
+    def _large(self, window: _Window, start: int, length: int) -> bytes | None:
+        """The record walked; read whole and checked if it does not walk cleanly."""
+        try:
+            return walk(window, start, start + length, EVENT)
+        except _Malformed:
+            log.debug("a record of %s does not walk cleanly: read whole", self.path)
+        return self._small(window, start, length)
+
+    def _skip(self) -> None:
+        if not self._skipped:
+            self._skipped = True
+            log.warning(
+                "event file %s: a record fails its checksum and is skipped "
+                "(further corrupt records of this file are skipped silently)",
+                self.path,
+            )
+
+    def _lose_framing(self) -> None:
+        self.broken = True
+        log.warning(
+            "event file %s is corrupt at byte %d (a record's length fails its "
+            "checksum): nothing after it can be read; the file is no longer read",
+            self.path,
+            self.offset,
+        )

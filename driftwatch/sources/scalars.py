@@ -1,0 +1,183 @@
+"""Which values of an event file are scalars, and the training progress they tell.
+
+A value is a scalar if its tag's data class is "scalar" and it holds one number. The data
+class is tensorboard's: ``data_compat`` then ``dataclass_compat``, as its loader migrates
+events. ``Tags`` decides it without building the migrated protos (a TF1 value of every
+scalar event costs a tensor proto and a metadata proto there); tests/test_eventfiles.py
+compares the two on files TensorFlow wrote. tensorboard itself is imported by
+``eventfiles.py`` only, which hands its parts over as ``Protos``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import struct
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from driftwatch.sources.records import MaskedCrc
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Protos:
+    """The parts of tensorboard (and the checksum) event files are read with."""
+
+    version: str
+    masked_crc32c: MaskedCrc  # TFRecord's checksum
+    crc: str  # how it is computed, for ``describe``
+    parse: Callable[[bytes], Any]  # a record -> its Event
+    make_ndarray: Callable[[Any], Any]
+    decode_error: type[Exception]  # what parsing a record that is no event raises
+    plugin_class: dict[str, int]  # data class of a plugin's summaries that name none
+    legacy_plugin: dict[str, str]  # the plugin of each TF1 summary value kind
+    run_graph_tag: str  # the tag a graph event becomes
+
+
+_MASK_DELTA = 0xA282EAD8
+
+
+def masked(crc32c: Callable[[bytes], int]) -> MaskedCrc:
+    """TFRecord's masked CRC-32C, from a CRC-32C."""
+
+    def masked_crc32c(data: bytes) -> int:
+        crc = crc32c(data)
+        return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+
+    return masked_crc32c
+
+
+class Scalar(NamedTuple):
+    wall_time: float
+    step: int
+    value: float
+    key: tuple[str, str]  # (directory, tag): train/ and validation/ are separate series
+
+
+class StepProgress:
+    """Training progress from scalar events fed in wall-time order.
+
+    Follows the highest step seen. Only the tag that raises it yields a duration, measured
+    from that same tag's previous event: so tags at the same step add nothing, and
+    epoch-numbered tags (lower steps) never mix with global-step tags.
+    """
+
+    def __init__(self) -> None:
+        self.nonfinite = 0
+        self.top: tuple[int, float] | None = None  # highest step, wall time first logged
+        self._last: dict[tuple[str, str], tuple[int, float]] = {}  # key -> (step, wall time)
+
+    def feed(self, scalar: Scalar) -> float | None:
+        """Seconds per step if ``scalar`` advances the highest step, else None."""
+        if not math.isfinite(scalar.value):
+            self.nonfinite += 1
+        previous = self._last.get(scalar.key)
+        self._last[scalar.key] = (scalar.step, scalar.wall_time)
+        if self.top is not None and scalar.step <= self.top[0]:
+            return None
+        self.top = (scalar.step, scalar.wall_time)
+        if previous is None:  # else its step is below the old top, so below this one
+            return None
+        seconds = (scalar.wall_time - previous[1]) / (scalar.step - previous[0])
+        return seconds if seconds > 0 else None
+
+
+_SCALAR_SHAPE_DTYPES = {1: struct.Struct("=f"), 2: struct.Struct("=d")}  # float, double
+_NUMERIC_DTYPES = frozenset({1, 2, 3, 4, 5, 6, 9, 10, 14, 17, 19, 22, 23})
+"""TensorProto dtypes a scalar can have: float, double, (u)int8-64, bool, bfloat16, half."""
+
+
+class Tags:
+    """Which values of one file are scalars, and their values.
+
+    A value is a scalar if its tag's data class is "scalar" and it holds one number. The
+    data class is tensorboard's (``data_compat`` then ``dataclass_compat``, as its loader
+    migrates events): a TF1 value's kind names its plugin (``simple_value``: scalars); a
+    tag's first metadata in the file decides whether the plugin's class applies; later
+    events of a tag may carry no metadata. Decided here without building migrated protos
+    (the tests compare this with tensorboard's own migration).
+    """
+
+    def __init__(self, tb: Protos) -> None:
+        self._tb = tb
+        self._first: dict[str, tuple[str, int]] = {}  # tag -> its first (plugin, data class)
+        self._scalar: set[str] = set()  # tags whose latest metadata said "scalar"
+        # Tags no value can change (their first metadata's plugin decides, and did): whether
+        # they are scalars. Most tags, after their first value: these skip the metadata.
+        self._settled: dict[str, bool] = {}
+
+    def scalars(self, values: Iterable[Any]) -> list[tuple[str, float]]:
+        """The tag and number of each scalar among ``values`` (``Summary.Value``s)."""
+        found = []
+        settled_of = self._settled.get
+        for value in values:
+            tag = value.tag
+            settled = settled_of(tag)
+            if settled is None:
+                settled = self._judge(value)
+            if not settled:
+                continue
+            kind = value.WhichOneof("value")
+            if kind == "tensor":
+                number = self._number(value.tensor)
+                if number is not None:
+                    found.append((tag, number))
+            elif kind == "simple_value":
+                found.append((tag, float(value.simple_value)))
+        return found
+
+    def _judge(self, value: Any) -> bool:
+        """Whether ``value``'s tag is a scalar, once its metadata is taken in."""
+        tag = value.tag
+        kind = value.WhichOneof("value")
+        legacy = self._tb.legacy_plugin.get(kind) if kind is not None else None
+        if legacy is not None:  # becomes a tensor with its plugin's metadata
+            plugin, data_class, has_metadata = legacy, 0, True
+        elif value.HasField("metadata"):
+            metadata = value.metadata
+            plugin, data_class = metadata.plugin_data.plugin_name, metadata.data_class
+            has_metadata = True
+        else:
+            plugin, data_class, has_metadata = "", 0, False
+        first = self._first.setdefault(tag, (plugin, data_class))
+        settles = self._tb.plugin_class.get(first[0]) if first[1] == 0 else None
+        if has_metadata:
+            if first[1] == 0:  # unknown: the first metadata's plugin decides
+                data_class = self._tb.plugin_class.get(first[0], data_class)
+            if data_class == 1:
+                self._scalar.add(tag)
+            else:
+                self._scalar.discard(tag)
+        scalar = tag in self._scalar
+        if settles is not None and scalar == (settles == 1):
+            self._settled[tag] = scalar
+        return scalar
+
+    def not_scalar(self, tag: str) -> None:
+        """A tag that a graph or run-metadata event took: no longer a scalar."""
+        self._scalar.discard(tag)
+        self._settled.pop(tag, None)
+
+    def _number(self, tensor: Any) -> float | None:
+        """The one number of ``tensor``, as ``make_ndarray`` reads it; None if it holds
+        another count of numbers (or none), or something else than numbers."""
+        dtype = tensor.dtype
+        if dtype not in _NUMERIC_DTYPES:
+            return None
+        fast = _SCALAR_SHAPE_DTYPES.get(dtype)
+        if fast is not None and not tensor.tensor_shape.dim:  # the forms writers use
+            content = tensor.tensor_content
+            if len(content) == fast.size:
+                return float(fast.unpack(content)[0])
+            values = tensor.float_val if dtype == 1 else tensor.double_val
+            if not content and len(values) == 1:
+                return float(values[0])
+        try:
+            array = self._tb.make_ndarray(tensor)
+        except (ValueError, TypeError) as err:
+            log.debug("a scalar tensor that cannot be read: %s", err)
+            return None
+        return float(array.ravel()[0]) if array.size == 1 else None
