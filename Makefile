@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: demo check lint test system-deps clean
+.PHONY: demo check lint test system-deps bench-deps clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,16 @@ system-deps:
 	  apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 	    prometheus chromium >/dev/null; }
+
+# What bench/process_exporter.py compares the daemon with: Debian's process-exporter (not
+# needed by make check). The package's service, which a systemd host starts on install,
+# is stopped and disabled again: the benchmark runs its own.
+bench-deps: $(VENV)/.installed
+	@command -v prometheus-process-exporter >/dev/null || { \
+	  apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	    prometheus-process-exporter >/dev/null && \
+	  { systemctl disable --now prometheus-process-exporter >/dev/null 2>&1 || true; }; }
 
 demo: $(VENV)/.installed
 	$(BIN)/driftwatch demo
