@@ -135,7 +135,7 @@ def test_the_wheel_runs_an_example_under_the_demo(installed: Installed, tmp_path
     stderr = tmp_path / "stderr.txt"
     with stderr.open("w") as errors:
         demo = subprocess.Popen(
-            [installed.driftwatch, "demo", "train_keras", "--interval", "0.5"],
+            [installed.driftwatch, "demo", "train_keras"],
             cwd=installed.home,
             env={**fresh_env(), "TMPDIR": str(tmp_path)},  # where the demo's directory goes
             stdin=subprocess.DEVNULL,
