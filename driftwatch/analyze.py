@@ -35,6 +35,7 @@ from driftwatch.detect.catalog import default_engine
 from driftwatch.errors import DriftwatchError
 from driftwatch.findings import KINDS, Finding
 from driftwatch.series import SERIES, Sample
+from driftwatch.sources.eventfiles import is_event_file
 from driftwatch.sources.replay import replay_logdir
 from driftwatch.units import human_seconds, local_time
 
@@ -102,7 +103,7 @@ def read_samples(path: Path) -> Iterator[Sample]:
     pending: list[Sample] = []  # read, not yet handed on; in time order between batches
     first = 1
     with lines:
-        while batch := list(itertools.islice(lines, BATCH_LINES)):
+        while batch := _next_lines(path, lines):
             disordered = False
             for number, record in _parse(path, batch, first):
                 try:
@@ -142,6 +143,18 @@ def read_samples(path: Path) -> Iterator[Sample]:
             yield from itertools.islice(pending, settled)
             del pending[:settled]
     yield from pending
+
+
+def _next_lines(path: Path, lines: Iterator[str]) -> list[str]:
+    """The next batch of a samples file's lines; a binary file (an event file given instead of
+    its logdir, say) is refused with a message, not a decoding error."""
+    try:
+        return list(itertools.islice(lines, BATCH_LINES))
+    except UnicodeDecodeError as err:
+        raise RecordingError(
+            f"{path}: not a samples file (binary data); give a TensorBoard logdir, an event "
+            "file or a samples file"
+        ) from err
 
 
 def _silence_ticks(first: float, until: float, every: float) -> Iterator[float]:
@@ -310,8 +323,8 @@ class ReadProgress:
 
 
 def analyze(path: Path, new_engine: Callable[[], Engine] = default_engine) -> list[Finding]:
-    """Findings for a TensorBoard logdir or a samples file (see ``detect``)."""
-    if path.is_dir():
+    """Findings for a TensorBoard logdir, one event file or a samples file (see ``detect``)."""
+    if path.is_dir() or (is_event_file(path.name) and path.is_file()):
         progress = ReadProgress()
         try:
             samples = list(replay_logdir(path, progress=progress))

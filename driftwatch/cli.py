@@ -180,7 +180,9 @@ def daemon(
 
 @app.command()
 def analyze(
-    path: Annotated[Path, typer.Argument(help="A TensorBoard logdir or a samples file.")],
+    path: Annotated[
+        Path, typer.Argument(help="A TensorBoard logdir, one event file, or a samples file.")
+    ],
     json_lines: Annotated[
         bool, typer.Option("--json", help="Print findings as JSON lines, as --findings writes.")
     ] = False,
