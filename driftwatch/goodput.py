@@ -33,6 +33,9 @@ from driftwatch.units import human_seconds
 
 PHASES = ("productive", "startup", "periodic_stall", "stalled", "host_overhead")
 """The phases wall time is split into, in the order they are shown."""
+STALL_STAMP_SECONDS = 1.0
+"""Seconds of step records between two step times told to the stall rule: about as often as
+a live monitor reads the latest step (its usual interval between steps is the rule's)."""
 TAKEN_FIRST = ("productive", "host_overhead", "periodic_stall", "startup", "stalled")
 """Phases that give back time first when a provisional reading (start-up or a stall still
 going on) turns out longer than what the steps settle: the exported counters never go down."""
@@ -128,6 +131,7 @@ class GoodputAccount:
         self._typical = math.nan  # seconds per step: the median of those below the band
         self._band = math.nan  # seconds per step: a period slower than this stands out
         self._stall = StallDetector()  # fed the records' ends: its rule, on step records
+        self._stall_fed = -math.inf  # the latest record end it was fed
 
     # -- input ---------------------------------------------------------------------------
 
@@ -154,23 +158,20 @@ class GoodputAccount:
 
     def _record(self, t: float, step: float, gap: float) -> None:
         steps = self._chained_steps(t, step)
-        record = _Record(t, step, min(gap, step), steps)
         self._seen = True
         if t <= self._settled_at:  # before watching began, or out of order: not counted
             self._startup_over = True  # the run was training before it was watched
             self._end = max(self._end, t) if math.isfinite(self._end) else t
             self._note_step(step)
-            self._stall_stamp(t)
             return
         if not self._startup_over and self._first is None:
-            self._first = record  # held until the next gives the typical step time
+            self._first = _Record(t, step, min(gap, step), steps)  # held for the next's step
             self._end = t
-            self._stall_stamp(t)
             return
         self._note_step(step)
         if self._first is not None:  # its steps: as many as the next one's, which chains to it
             self._settle_first(replace(self._first, steps=steps), typical=step)
-        self._settle(record)
+        self._settle(t, step, min(gap, step), steps)
 
     def _chained_steps(self, t: float, step: float) -> int:
         """The steps of a record whose period starts where the previous one ended; else as
@@ -198,8 +199,12 @@ class GoodputAccount:
         self._band = quartile + NOISE_Z * (quartile - low) / LOWER_TAIL_SPREAD
         self._typical = statistics.median(ordered[: bisect.bisect_right(ordered, self._band)])
 
-    def _stall_stamp(self, t: float) -> None:
-        self._stall.observe(Sample("step_timestamp", t, t))
+    def _stall_sync(self) -> None:
+        """Tell the stall rule of the latest record's end, before it is asked (it is asked at
+        each reading and at each pause: as often as the live detector learns of steps)."""
+        if self._end > self._stall_fed:
+            self._stall_fed = self._end
+            self._stall.observe(Sample("step_timestamp", self._end, self._end))
 
     # -- settling ------------------------------------------------------------------------
 
@@ -212,35 +217,37 @@ class GoodputAccount:
         self._settled["startup"] += period_start - self._settled_at
         work = min(record.t - period_start, record.steps * min(record.step, typical))
         self._settled["startup"] += record.t - period_start - work
-        self._split_work(work, record, record.t - period_start)
+        self._split_work(work, record.gap / record.step, record.t - period_start)
         self._settled_at = record.t
 
-    def _settle(self, record: _Record) -> None:
+    def _settle(self, t: float, step: float, gap: float, steps: int) -> None:
         span_start = self._settled_at
-        period_start = max(span_start, record.t - record.steps * record.step)
-        work = record.t - period_start
-        if record.step > self._band:  # a pause ended this period: its steps' time is work
-            usual = record.steps * self._typical
-            if record.steps * record.step - usual > (STALL_FACTOR - 1) * self._typical:
+        period_start = max(span_start, t - steps * step)
+        work = t - period_start
+        if step > self._band:  # a pause ended this period: its steps' time is work
+            usual = steps * self._typical
+            if steps * step - usual > (STALL_FACTOR - 1) * self._typical:
                 work = min(work, usual)
-        pause = record.t - span_start - work
-        if pause <= CHAIN_TOLERANCE * record.step + CLOCK_RESOLUTION:  # the periods chain
+        pause = t - span_start - work
+        if pause <= CHAIN_TOLERANCE * step + CLOCK_RESOLUTION:  # the periods chain
             work, pause = work + pause, 0.0
         if pause > 0:
-            self._settled[self._pause_phase(record.t)] += pause
-        self._split_work(work, record, record.t - period_start)
-        self._settled_at = self._end = record.t
-        self._stall_stamp(record.t)
+            self._settled[self._pause_phase(t)] += pause
+        self._split_work(work, gap / step, t - period_start)
+        self._settled_at = self._end = t
+        if t - self._stall_fed >= STALL_STAMP_SECONDS:
+            self._stall_sync()
 
-    def _split_work(self, work: float, record: _Record, period: float) -> None:
+    def _split_work(self, work: float, gap_share: float, period: float) -> None:
         """``work`` of the ``period`` a record covers is productive, less its time outside
-        the train step; a pause in the period is taken from that time first (a checkpoint
-        or a slow callback runs outside the step)."""
-        host = min(work, max(0.0, period * record.gap / record.step - (period - work)))
+        the train step (``gap_share`` of the period); a pause in the period is taken from
+        that time first (a checkpoint or a slow callback runs outside the step)."""
+        host = min(work, max(0.0, period * gap_share - (period - work)))
         self._settled["host_overhead"] += host
         self._settled["productive"] += work - host
 
     def _pause_phase(self, end: float) -> str:
+        self._stall_sync()
         stalled = self._stall.evaluate(end).findings or self._exported_past("stalled")
         return "stalled" if stalled else "periodic_stall"
 
@@ -257,6 +264,7 @@ class GoodputAccount:
         self._close_open()
         if not self._seen:
             return None
+        self._stall_sync()
         stalled = bool(self._stall.evaluate(now).findings)
         if self._first is not None and (final or stalled):  # no next record will come soon
             self._settle_first(self._first, typical=self._first.step)

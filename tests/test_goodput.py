@@ -20,9 +20,17 @@ from pathlib import Path
 
 import pytest
 
+from driftwatch.channel.paths import ensure_private_dir
+from driftwatch.channel.ring import ChannelWriter
+from driftwatch.channel.wire import Kind
 from driftwatch.goodput import PHASES, Breakdown, GoodputAccount
+from driftwatch.monitor import Monitor
 from driftwatch.series import Sample
-from tests.conftest import REPO, TF_ENV, run_cli
+from driftwatch.sources.hook import HookSource
+from driftwatch.target import TargetInfo
+from tests.conftest import REPO, TF_ENV, promtool_check_metrics, run_cli
+from tests.test_exporter import samples_of, scrape
+from tests.test_hook_source import CREATE_TIME, PID, PROCESS
 from tests.test_periodic_stalls import logged, paused, replayed, step_times
 
 T0 = 1_700_000_000.0
@@ -261,3 +269,43 @@ def test_a_real_keras_run_with_validation_accounts_for_its_wall_time(tmp_path: P
     assert 0 < goodput["ratio"] < 1
     assert summary, printed[-20:]
     assert f"{goodput['ratio']:.0%} of " in summary[-1]
+
+
+def test_a_monitor_exports_goodput_counters_that_promtool_accepts(
+    tmp_path: Path, promtool: str
+) -> None:
+    """A hook channel of a process started at 0 s: its first period (1 s, tracing) starts
+    at 2 s, then 80 steps of 0.1 s, 0.02 s of each outside the train step; a monitor reads
+    it at 12 s. Expected on /metrics, for run "train": startup 2 + 0.9 = 2.9 s, productive
+    0.1 + 80 x 0.08 = 6.5 s, host_overhead 80 x 0.02 = 1.6 s, the pauses 0; 11.0 s in all,
+    to the last record's end; goodput_ratio 6.5 / 11 = 0.59; promtool finds nothing to
+    say of the exposition."""
+    writer = ChannelWriter.create(ensure_private_dir(tmp_path / "dw"), PROCESS, CREATE_TIME)
+    t, step = CREATE_TIME + 3.0, 1
+    writer.write(Kind.STEP, step, t, 1.0, 0.0)
+    for _ in range(80):
+        t, step = t + 0.1, step + 1
+        writer.write(Kind.STEP, step, t, 0.1, 0.02)
+    info = TargetInfo(PID, CREATE_TIME, "python", ("python",), "ml", os.geteuid())
+    monitor = Monitor("train", info, [HookSource(writer.path)], clock=lambda: CREATE_TIME + 12)
+    text = scrape([monitor.tick()])
+    exported = samples_of(text)
+    phases = {
+        dict(labels)["phase"]: value
+        for (name, labels), value in exported.items()
+        if name == "driftwatch_wall_seconds_total" and dict(labels)["run"] == "train"
+    }
+    assert phases == pytest.approx(
+        {
+            "startup": 2.9,
+            "productive": 6.5,
+            "host_overhead": 1.6,
+            "periodic_stall": 0.0,
+            "stalled": 0.0,
+        },
+        abs=1e-4,  # the ring stores step times as 32-bit floats
+    )
+    assert exported[("driftwatch_goodput_ratio", (("run", "train"),))] == pytest.approx(6.5 / 11)
+    result = promtool_check_metrics(promtool, text)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip() == "", result.stdout
