@@ -259,20 +259,6 @@ def _goodput(parts: list[_Part]) -> Breakdown | None:
     return Breakdown({phase: sum(b.seconds[phase] for b in found) for phase in PHASES})
 
 
-def _observing_goodput(
-    observe: Callable[[Sample], None], account: GoodputAccount
-) -> Callable[[Sample], None]:
-    """``observe``, and the goodput ``account`` for the samples it wants."""
-    wanted, count = account.series, account.observe
-
-    def both(sample: Sample) -> None:
-        observe(sample)
-        if sample.series in wanted:
-            count(sample)
-
-    return both
-
-
 def detect_run(
     samples: Iterable[Sample],
     every: float = EVALUATE_EVERY_SECONDS,
@@ -282,7 +268,8 @@ def detect_run(
     record to its last."""
     parts: list[_Part] = []
     part = _Part(new_engine())
-    observe = _observing_goodput(part.engine.observe, part.account)  # made once: a hot loop
+    observe: Callable[[Sample], None] = part.engine.observe  # looked up once: a hot loop
+    count, counted = part.account.observe, part.account.series  # and goodput's
     next_evaluation = -math.inf
     last = math.nan  # the time of the sample before
     index = 0
@@ -292,18 +279,21 @@ def detect_run(
             if t - last > GAP_SECONDS:  # False for the first sample: NaN compares false
                 parts.append(part.conclude(last, index))
                 part = _Part(new_engine(), start=t, first=index, account=GoodputAccount(t))
-                observe = _observing_goodput(_resumed(part.engine.observe, t), part.account)
+                observe = _resumed(part.engine.observe, t)
+                count = part.account.observe
                 next_evaluation = t + every
             elif math.isnan(part.start):  # the first sample
                 part.start = t
                 part.account = GoodputAccount(t)
-                observe = _observing_goodput(part.engine.observe, part.account)
+                count = part.account.observe
                 next_evaluation = t + every
             else:
                 for tick in _silence_ticks(next_evaluation, t, every):
                     part.evaluate(tick)
                 next_evaluation += (math.floor((t - next_evaluation) / every) + 1) * every
         observe(sample)
+        if sample.series in counted:
+            count(sample)
         last = t
     if math.isnan(part.start):
         return Analysis([], None)

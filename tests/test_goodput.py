@@ -230,7 +230,7 @@ def test_a_real_keras_run_with_validation_accounts_for_its_wall_time(tmp_path: P
     tracing the first step) of a second or more; periodic_stall (the validations) more than
     0; productive steps more than 0; nothing stalled; the phases add up to the wall time
     from the process's start to the last sample, within a sampling interval (1 s); the
-    summary printed at the end has the same goodput line."""
+    summary printed at the end, the text report and the HTML page say the same goodput."""
     env = {**TF_ENV, "XDG_DATA_HOME": str(tmp_path)}
     scenario = REPO / "scenarios" / "healthy_fit_validation.py"
     job = [sys.executable, str(scenario), "--seconds", "8", "--logdir", str(tmp_path / "logs")]
@@ -269,6 +269,19 @@ def test_a_real_keras_run_with_validation_accounts_for_its_wall_time(tmp_path: P
     assert 0 < goodput["ratio"] < 1
     assert summary, printed[-20:]
     assert f"{goodput['ratio']:.0%} of " in summary[-1]
+    page = tmp_path / "report.html"
+    text = subprocess.run(
+        [sys.executable, "-m", "driftwatch", "report", "--html", str(page)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **env},
+        check=False,
+    )
+    assert f"  goodput: {goodput['ratio']:.0%} of " in text.stdout
+    html = page.read_text()
+    assert "<h2>Goodput</h2>" in html
+    assert f"{goodput['ratio']:.0%} of " in html
 
 
 def test_a_monitor_exports_goodput_counters_that_promtool_accepts(
