@@ -37,8 +37,8 @@ STALL_STAMP_SECONDS = 1.0
 """Seconds of step records between two step times told to the stall rule: about as often as
 a live monitor reads the latest step (its usual interval between steps is the rule's)."""
 TAKEN_FIRST = ("productive", "host_overhead", "periodic_stall", "startup", "stalled")
-"""Phases that give back time first when a provisional reading (start-up or a stall still
-going on) turns out longer than what the steps settle: the exported counters never go down."""
+"""Phases that give back time first when a provisional reading (a stall still going on)
+turns out longer than what the steps settle: the exported counters never go down."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +67,8 @@ class Breakdown:
 
     def describe(self) -> str:
         """One line: the goodput, then each phase that took any time."""
+        if not self.total > 0:
+            return "no wall time accounted for yet"
         parts = ", ".join(
             f"{phase.replace('_', ' ')} {human_seconds(self.seconds[phase])} "
             f"({self.seconds[phase] / self.total:.0%})"

@@ -28,6 +28,7 @@ from driftwatch.monitor import Monitor
 from driftwatch.series import Sample
 from driftwatch.sources.hook import HookSource
 from driftwatch.target import TargetInfo
+from driftwatch.view import render_summary, signal_rows
 from tests.conftest import REPO, TF_ENV, promtool_check_metrics, run_cli
 from tests.test_exporter import samples_of, scrape
 from tests.test_hook_source import CREATE_TIME, PID, PROCESS
@@ -292,7 +293,7 @@ def test_a_monitor_exports_goodput_counters_that_promtool_accepts(
     it at 12 s. Expected on /metrics, for run "train": startup 2 + 0.9 = 2.9 s, productive
     0.1 + 80 x 0.08 = 6.5 s, host_overhead 80 x 0.02 = 1.6 s, the pauses 0; 11.0 s in all,
     to the last record's end; goodput_ratio 6.5 / 11 = 0.59; promtool finds nothing to
-    say of the exposition."""
+    say of the exposition; the live view's goodput row and the summary read the same."""
     writer = ChannelWriter.create(ensure_private_dir(tmp_path / "dw"), PROCESS, CREATE_TIME)
     t, step = CREATE_TIME + 3.0, 1
     writer.write(Kind.STEP, step, t, 1.0, 0.0)
@@ -301,7 +302,8 @@ def test_a_monitor_exports_goodput_counters_that_promtool_accepts(
         writer.write(Kind.STEP, step, t, 0.1, 0.02)
     info = TargetInfo(PID, CREATE_TIME, "python", ("python",), "ml", os.geteuid())
     monitor = Monitor("train", info, [HookSource(writer.path)], clock=lambda: CREATE_TIME + 12)
-    text = scrape([monitor.tick()])
+    snapshot = monitor.tick()
+    text = scrape([snapshot])
     exported = samples_of(text)
     phases = {
         dict(labels)["phase"]: value
@@ -322,3 +324,6 @@ def test_a_monitor_exports_goodput_counters_that_promtool_accepts(
     result = promtool_check_metrics(promtool, text)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.strip() == "", result.stdout
+    assert ("goodput", "59% (6.5 s in steps of 11.0 s)") in signal_rows(snapshot)
+    summary = render_summary(snapshot, [], "process 4242 has exited", CREATE_TIME)
+    assert "  goodput: 59% of 11.0 s: productive 6.5 s (59%), startup 2.9 s (26%), " in summary
