@@ -36,7 +36,7 @@ def build(reader: HistoryReader, selector: str | None) -> Report:
         {dict(s.labels)["phase"]: s.last[1] for s in summaries if s.series == "wall_seconds"}
     )
     findings = reader.findings(run.id)
-    return Report(str(reader.path), run, _panels(series), summaries, findings, goodput)
+    return Report(str(reader.path), run, _panels(series), summaries, findings, goodput=goodput)
 
 
 def _summary(key: SeriesKey, buckets: list[StoredBucket]) -> SeriesSummary | None:
