@@ -34,6 +34,7 @@ from driftwatch.detect import Engine
 from driftwatch.detect.catalog import default_engine
 from driftwatch.errors import DriftwatchError
 from driftwatch.findings import KINDS, Finding
+from driftwatch.goodput import PHASES, Breakdown, GoodputAccount
 from driftwatch.series import SERIES, Sample
 from driftwatch.sources.eventfiles import is_event_file
 from driftwatch.sources.replay import replay_logdir
@@ -182,6 +183,8 @@ class _Part:
     samples: int = 0  # and their number
     first_reported: dict[str, float] = field(default_factory=dict)
     latest: dict[str, Finding] = field(default_factory=dict)
+    account: GoodputAccount = field(default_factory=GoodputAccount)
+    goodput: Breakdown | None = None  # where its wall time went, once it has ended
 
     def evaluate(self, now: float, final: bool = False) -> None:
         for finding in self.engine.evaluate(now, final=final):
@@ -192,6 +195,7 @@ class _Part:
         """Judge the part as a run that ended at ``end``, its last sample's time."""
         self.end, self.samples = end, next_index - self.first
         self.evaluate(end, final=True)
+        self.goodput = self.account.breakdown(end, final=True)
         return self
 
     def findings(self) -> list[tuple[float, Finding]]:
@@ -240,6 +244,14 @@ def _resumed(observe: Callable[[Sample], None], start: float) -> Callable[[Sampl
     return observe_resumed
 
 
+@dataclass(frozen=True, slots=True)
+class Analysis:
+    """What ``analyze`` found: the findings, and where the wall time went (None: no steps)."""
+
+    findings: list[Finding]
+    goodput: Breakdown | None
+
+
 def detect(
     samples: Iterable[Sample],
     every: float = EVALUATE_EVERY_SECONDS,
@@ -249,9 +261,28 @@ def detect(
     ``every`` seconds of their time (``_silence_ticks`` in a silence), each part between
     gaps with an engine of its own, judged as ended at its last record; each part's latest
     finding of each kind and the gaps, in the order they were first reported."""
+    return detect_run(samples, every, new_engine).findings
+
+
+def _goodput(parts: list[_Part]) -> Breakdown | None:
+    """The parts' goodput together (the gaps between them left out)."""
+    found = [part.goodput for part in parts if part.goodput is not None]
+    if not found:
+        return None
+    return Breakdown({phase: sum(b.seconds[phase] for b in found) for phase in PHASES})
+
+
+def detect_run(
+    samples: Iterable[Sample],
+    every: float = EVALUATE_EVERY_SECONDS,
+    new_engine: Callable[[], Engine] = default_engine,
+) -> Analysis:
+    """``detect``'s findings, and the goodput of the parts, each counted from its first
+    record to its last."""
     parts: list[_Part] = []
     part = _Part(new_engine())
     observe: Callable[[Sample], None] = part.engine.observe  # looked up once: a hot loop
+    count, counted = part.account.observe, part.account.series  # and goodput's
     next_evaluation = -math.inf
     last = math.nan  # the time of the sample before
     index = 0
@@ -260,20 +291,25 @@ def detect(
         if t >= next_evaluation:
             if t - last > GAP_SECONDS:  # False for the first sample: NaN compares false
                 parts.append(part.conclude(last, index))
-                part = _Part(new_engine(), start=t, first=index)
+                part = _Part(new_engine(), start=t, first=index, account=GoodputAccount(t))
                 observe = _resumed(part.engine.observe, t)
+                count = part.account.observe
                 next_evaluation = t + every
             elif math.isnan(part.start):  # the first sample
                 part.start = t
+                part.account = GoodputAccount(t)
+                count = part.account.observe
                 next_evaluation = t + every
             else:
                 for tick in _silence_ticks(next_evaluation, t, every):
                     part.evaluate(tick)
                 next_evaluation += (math.floor((t - next_evaluation) / every) + 1) * every
         observe(sample)
+        if sample.series in counted:
+            count(sample)
         last = t
     if math.isnan(part.start):
-        return []
+        return Analysis([], None)
     parts.append(part.conclude(last, index + 1))
     reported = [pair for p in parts for pair in p.findings()]
     reported += [
@@ -281,7 +317,7 @@ def detect(
         for before, after in itertools.pairwise(parts)
     ]
     reported.sort(key=operator.itemgetter(0))
-    return [finding for _, finding in reported]
+    return Analysis([finding for _, finding in reported], _goodput(parts))
 
 
 class ReadProgress:
@@ -324,6 +360,11 @@ class ReadProgress:
 
 def analyze(path: Path, new_engine: Callable[[], Engine] = default_engine) -> list[Finding]:
     """Findings for a TensorBoard logdir, one event file or a samples file (see ``detect``)."""
+    return analyze_run(path, new_engine).findings
+
+
+def analyze_run(path: Path, new_engine: Callable[[], Engine] = default_engine) -> Analysis:
+    """Findings and goodput for a TensorBoard logdir, one event file or a samples file."""
     if path.is_dir() or (is_event_file(path.name) and path.is_file()):
         progress = ReadProgress()
         try:
@@ -333,7 +374,7 @@ def analyze(path: Path, new_engine: Callable[[], Engine] = default_engine) -> li
         if not samples:
             raise RecordingError(f"{path}: no TensorBoard event files with data in it")
         samples.sort(key=_TIME)
-        return detect(samples, new_engine=new_engine)
+        return detect_run(samples, new_engine=new_engine)
     if not path.exists():
         raise RecordingError(f"{path}: no such file or directory")
-    return detect(read_samples(path), new_engine=new_engine)
+    return detect_run(read_samples(path), new_engine=new_engine)

@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from driftwatch import __version__, bundle
-from driftwatch.analyze import analyze as analyze_path
+from driftwatch.analyze import analyze_run
 from driftwatch.daemon.agent import Daemon
 from driftwatch.daemon.config import load_config
 from driftwatch.demo import DEFAULT_EXAMPLE, examples, find_example, run_demo
@@ -189,16 +189,18 @@ def analyze(
     run: Annotated[str, typer.Option(help="Run name in the JSON output.")] = "",
 ) -> None:
     """Run the detectors offline on a finished or running run's logs."""
-    found = analyze_path(path)
+    analysis = analyze_run(path)
     name = run or path.name
     if json_lines:
-        for finding in found:
+        for finding in analysis.findings:
             print(finding.to_json(name))
         return
-    if not found:
+    if not analysis.findings:
         print(f"{name}: no findings")
-    for finding in found:
+    for finding in analysis.findings:
         print(f"[{finding.severity.value}] {finding.kind}: {finding.message}")
+    if analysis.goodput is not None:
+        print(f"goodput: {analysis.goodput.describe()}")
 
 
 @app.command()

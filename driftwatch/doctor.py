@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import psutil
 
 from driftwatch.export.http import DEFAULT_HOST, DEFAULT_PORT
-from driftwatch.sources import eventfiles, nvml
+from driftwatch.sources import eventfiles, host, nvml
 
 CAP_SYS_PTRACE = 19
 
@@ -69,11 +69,13 @@ def check_port(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> Check:
 def run_checks() -> list[Check]:
     nvml_ok, nvml_detail = nvml.describe()
     events_ok, events_detail = eventfiles.describe()
+    host_ok, host_detail = host.describe()
     promtool = shutil.which("promtool")
     return [
         check_process_access(),
         Check("nvml", nvml_ok, nvml_detail),
         Check("eventfiles", events_ok, events_detail),
+        Check("host", host_ok, host_detail),
         check_package("tensorflow", "the in-process hook can run", "tf"),
         check_port(),
         Check(

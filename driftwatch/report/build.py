@@ -9,6 +9,7 @@ from collections.abc import Callable
 import numpy as np
 
 from driftwatch.detect.stats import theil_sen
+from driftwatch.goodput import Breakdown
 from driftwatch.history.reader import HistoryReader, StoredBucket
 from driftwatch.report.model import Line, Panel, Point, Report, SeriesSummary, TrendLine
 from driftwatch.series import WATCHED, Labels, SeriesKey
@@ -31,7 +32,11 @@ def build(reader: HistoryReader, selector: str | None) -> Report:
     run = reader.run(selector)
     series = reader.series(run.id)
     summaries = [s for key, buckets in sorted(series.items()) if (s := _summary(key, buckets))]
-    return Report(str(reader.path), run, _panels(series), summaries, reader.findings(run.id))
+    goodput = Breakdown.of(
+        {dict(s.labels)["phase"]: s.last[1] for s in summaries if s.series == "wall_seconds"}
+    )
+    findings = reader.findings(run.id)
+    return Report(str(reader.path), run, _panels(series), summaries, findings, goodput=goodput)
 
 
 def _summary(key: SeriesKey, buckets: list[StoredBucket]) -> SeriesSummary | None:

@@ -7,6 +7,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from driftwatch.goodput import Breakdown
 from driftwatch.history.reader import RunRecord, StoredFinding
 from driftwatch.series import Labels
 from driftwatch.units import human_bytes, human_seconds
@@ -85,6 +86,7 @@ class Report:
     panels: list[Panel]
     series: list[SeriesSummary]
     findings: list[StoredFinding]
+    goodput: Breakdown | None = None  # where the wall time went, at the end of the history
 
     @property
     def start(self) -> float:
