@@ -38,7 +38,7 @@ from driftwatch.daemon.discovery import (
     Found,
     Key,
     ProcessScan,
-    scan_processes,
+    ProcessTable,
 )
 from driftwatch.detect.catalog import default_engine
 from driftwatch.errors import TargetError, TargetGone, UsageError
@@ -66,7 +66,8 @@ class Daemon:
     """Discovers targets, keeps one ``Monitor`` each, and publishes their snapshots.
 
     ``load`` reads the configuration (called again on ``reload``); ``directories`` says
-    where to look for channels; ``scan`` lists the process table; ``clock`` stamps samples;
+    where to look for channels; ``scan`` lists the process table (default: a
+    ``ProcessTable``); ``clock`` stamps samples;
     ``on_finding`` gets each run's findings; ``history``, if any, records every run;
     ``sweep_after``: seconds before the channel of an exited process is removed.
     """
@@ -78,7 +79,7 @@ class Daemon:
         directories: Callable[[Config], list[Path]] = lambda config: channel_dirs(
             config.channel_dirs
         ),
-        scan: ProcessScan = scan_processes,
+        scan: ProcessScan | None = None,
         clock: Callable[[], float] = time.time,
         on_finding: Callable[[str, Finding], None] = lambda run, finding: None,
         history: History | None = None,
@@ -86,7 +87,7 @@ class Daemon:
     ) -> None:
         self._load = load
         self.config = load()
-        self._discovery = Discovery(directories, scan, sweep_after)
+        self._discovery = Discovery(directories, scan or ProcessTable(), sweep_after)
         self._clock = clock
         self._on_finding = on_finding
         self._history = history
