@@ -75,18 +75,19 @@ DELETED = " (deleted)"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 """Units of the times in ``/proc/PID/stat``, per second."""
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
-"""Bytes in a memory page (the unit of the resident set size in ``/proc/PID/stat``)."""
+"""Bytes in a memory page (the unit of ``/proc/PID/statm``)."""
 
 
 @dataclass(frozen=True, slots=True)
 class ProcStat:
-    """What one read of ``/proc/PID/stat`` says about a live target."""
+    """What one read of ``/proc/PID/stat`` (and of ``statm``) says about a live target."""
 
     cpu_seconds: float
     """User + system CPU time, in seconds."""
     threads: int
     rss_bytes: int
-    """Resident set size (what ``psutil``'s ``memory_info().rss`` reads from ``statm``)."""
+    """Resident set size, from ``statm`` as psutil's ``memory_info().rss`` (``stat``'s own
+    field may leave out anonymous pages not yet summed from per-CPU counters)."""
 
 
 def exited(pid: int) -> TargetGone:
@@ -136,6 +137,7 @@ class Target:
         self.info = info
         self._start_ticks = start_ticks
         self._stat_path = f"/proc/{info.pid}/stat"
+        self._statm_path = f"/proc/{info.pid}/statm"
 
     @property
     def pid(self) -> int:
@@ -205,10 +207,10 @@ class Target:
         self.read_stat()
 
     def read_stat(self) -> ProcStat:
-        """The process's CPU time, threads and resident memory, from one read of
-        ``/proc/PID/stat``: the same read says whether it is still alive (``TargetGone`` if
-        it exited or its PID now belongs to a process with another start time,
-        ``TargetZombie`` if its parent has not reaped it yet)."""
+        """The process's CPU time, threads and resident memory, from one read each of
+        ``/proc/PID/stat`` and ``statm``; the first says whether it is still alive
+        (``TargetGone`` if it exited or its PID now belongs to a process with another start
+        time, ``TargetZombie`` if its parent has not reaped it yet)."""
         try:
             with open(self._stat_path, "rb") as file:
                 stat = file.read()
@@ -218,16 +220,21 @@ class Target:
             raise TargetAccessDenied(self.pid, "the process status (/proc/PID/stat)") from err
         # The command name, in parentheses, may hold spaces and parentheses itself; fields
         # from the state on (man 5 proc's 3rd): state, ..., utime 14, stime 15, threads 20,
-        # starttime 22, rss 24.
-        fields = stat[stat.rindex(b")") + 2 :].split(maxsplit=22)
+        # starttime 22.
+        fields = stat[stat.rindex(b")") + 2 :].split(maxsplit=20)
         if int(fields[19]) != self._start_ticks:
             raise exited(self.pid)
         if fields[0] == b"Z":
             raise TargetZombie(self.pid, f"process {self.pid} has exited")
+        try:
+            with open(self._statm_path, "rb") as file:
+                resident = int(file.read().split(maxsplit=2)[1])
+        except (FileNotFoundError, ProcessLookupError) as err:
+            raise exited(self.pid) from err
         return ProcStat(
             (int(fields[11]) + int(fields[12])) / CLOCK_TICKS,
             int(fields[17]),
-            int(fields[21]) * PAGE_BYTES,
+            resident * PAGE_BYTES,
         )
 
     def environ(self) -> dict[str, str]:

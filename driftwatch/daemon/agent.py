@@ -7,7 +7,8 @@ Each tick the daemon
 2. ticks every monitor and drops those whose target has gone, with their series.
 
 Between ticks, each monitor is sampled at its own ``Cadence``: every 0.5 s while its target
-is young or a signal moves fast, every ``interval`` otherwise.
+is young or a signal moves fast, every ``interval`` otherwise. Its detectors judge it every
+``interval``, and at every sample while a signal moves fast.
 
 With a ``History``, each run is recorded into it, and ends there with why it was dropped
 (or that the daemon stopped); a restarted daemon resumes the runs of the processes that
@@ -164,6 +165,7 @@ class Daemon:
             clock=self._clock,
             on_finding=lambda finding: self._report(name, finding),
             recorder=None if self._history is None else self._history.recorder(name, target.info),
+            evaluate_every=self.config.interval,
         )
         cadence = Cadence(self.config.interval, target.info.create_time)
         self._watched[key] = _Watched(monitor, command, channel is None, channel, cadence)
@@ -213,6 +215,7 @@ class Daemon:
         self._discovery.reset()  # and scan the process table on the next tick
         for watched in self._watched.values():
             watched.cadence = Cadence(config.interval, watched.monitor.target.create_time)
+            watched.monitor.evaluate_every = config.interval
         log.info(
             "configuration reloaded: %d patterns, interval %g s", len(config.rules), config.interval
         )
