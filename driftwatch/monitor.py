@@ -41,6 +41,9 @@ FAST_INTERVAL = 0.5
 """Seconds between samples while a target is young or one of its signals moves fast."""
 YOUNG_SECONDS = 300.0
 """A target is young for this many seconds after its process started."""
+EVALUATION_SLACK = FAST_INTERVAL / 2
+"""Seconds by which an evaluation may come before ``evaluate_every`` has passed (ticks an
+interval apart are not exactly that apart on the sample clock)."""
 FAST_HOLD_SECONDS = 60.0
 """Sampling stays fast this many seconds after a signal last moved fast."""
 FAST_EVENT_FILE_RATE = (1 << 30) / 3600
@@ -79,9 +82,12 @@ class Monitor:
         on_finding: Callable[[Finding], None] = lambda finding: None,
         recorder: Sink | None = None,
         sinks: Sequence[Sink] = (),
+        evaluate_every: float = 0.0,
     ) -> None:
         """``sinks`` receive each snapshot, then the last one with why monitoring ended;
-        ``recorder`` (the history's) goes first, before them."""
+        ``recorder`` (the history's) goes first, before them. ``evaluate_every``: seconds
+        (sample time) between evaluations of the detectors at most, unless a signal moves
+        fast (then every tick); ticks in between publish the last evaluation's findings."""
         self.run = run
         self.target = target
         self.store = store if store is not None else Store()
@@ -97,6 +103,8 @@ class Monitor:
         reported; kept after it stops holding."""
         self._announced: dict[str, set[Diagnosis]] = {}
         self._ticks = 0
+        self.evaluate_every = evaluate_every
+        self._evaluated_at = -math.inf
         self.moving = FastSignals()
         """When a signal last moved fast, for the sampling ``Cadence``."""
         self.snapshot = Snapshot(run, target, clock(), 0, store=self.store)
@@ -124,7 +132,13 @@ class Monitor:
             except TargetGone:
                 self._conclude(gone_from=source)
                 raise
-        self._publish(now, self._engine.evaluate(now))
+        due = self._evaluated_at + self.evaluate_every - EVALUATION_SLACK
+        if now >= due or self.moving.fast_at(now):
+            self._evaluated_at = now
+            findings = self._engine.evaluate(now)
+        else:
+            findings = list(self.snapshot.findings)
+        self._publish(now, findings)
         return self.snapshot
 
     def _read(self, source: Source, read: Callable[[float], list[Sample]], now: float) -> None:
@@ -260,6 +274,10 @@ class FastSignals:
         self._previous: dict[SeriesKey, tuple[float, float]] = {}
         self._limits: dict[SeriesKey, float] = {}
 
+    def fast_at(self, now: float) -> bool:
+        """Whether a signal moved fast within ``FAST_HOLD_SECONDS`` before ``now``."""
+        return now < self.last_fast + FAST_HOLD_SECONDS
+
     def observe(self, samples: Sequence[Sample]) -> None:
         limits = FAST_MEMORY_LIMITS.values()
         for sample in samples:
@@ -301,7 +319,7 @@ class Cadence:
         self._young_until = started + YOUNG_SECONDS
 
     def interval(self, now: float, moving: FastSignals) -> float:
-        if now < self._young_until or now < moving.last_fast + FAST_HOLD_SECONDS:
+        if now < self._young_until or moving.fast_at(now):
             return min(FAST_INTERVAL, self.configured)
         return self.configured
 
