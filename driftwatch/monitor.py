@@ -55,6 +55,10 @@ FAST_MEMORY_HORIZON = 3600.0
 """Seconds within which memory, at its latest rate, would reach its limit: moving fast."""
 
 
+Annotate = Callable[[float, list[Finding], Store], list[Finding]]
+"""Sees a tick's findings before they are announced: ``(now, findings, store)`` to findings."""
+
+
 def check_interval(interval: float, what: str = "--interval") -> float:
     """``interval`` if it is a usable sampling interval in seconds, else ``UsageError``."""
     if not math.isfinite(interval) or not MIN_INTERVAL <= interval <= MAX_INTERVAL:
@@ -78,9 +82,11 @@ class Monitor:
         on_finding: Callable[[Finding], None] = lambda finding: None,
         recorder: Sink | None = None,
         sinks: Sequence[Sink] = (),
+        annotate: Annotate | None = None,
     ) -> None:
         """``sinks`` receive each snapshot, then the last one with why monitoring ended;
-        ``recorder`` (the history's) goes first, before them."""
+        ``recorder`` (the history's) goes first, before them. ``annotate`` sees each tick's
+        findings first and may add evidence to them (the captures'; ``driftwatch.capture``)."""
         self.run = run
         self.target = target
         self.store = store if store is not None else Store()
@@ -91,6 +97,7 @@ class Monitor:
         self._clock = clock
         self._on_finding = on_finding
         self._sinks = ([] if recorder is None else [recorder]) + list(sinks)
+        self._annotate = annotate
         self.reported: dict[str, Finding] = {}
         """Each kind's latest (worst) finding in this run, in the order the kinds were first
         reported; kept after it stops holding."""
@@ -154,6 +161,8 @@ class Monitor:
 
     def _publish(self, now: float, findings: list[Finding]) -> None:
         """Announce news among ``findings``, publish the snapshot and hand it to the sinks."""
+        if self._annotate is not None:
+            findings = self._annotate(now, findings, self.store)
         for kind, finding in worst_per_kind(findings).items():
             self.reported[kind] = finding
             # Announced when first seen, and again when its severity or diagnosis becomes one

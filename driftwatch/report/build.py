@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
+from driftwatch.capture.store import list_captures, run_dir, trace_logdir
 from driftwatch.detect.stats import theil_sen
 from driftwatch.history.reader import HistoryReader, StoredBucket
 from driftwatch.report.model import Line, Panel, Point, Report, SeriesSummary, TrendLine
@@ -31,7 +33,16 @@ def build(reader: HistoryReader, selector: str | None) -> Report:
     run = reader.run(selector)
     series = reader.series(run.id)
     summaries = [s for key, buckets in sorted(series.items()) if (s := _summary(key, buckets))]
-    return Report(str(reader.path), run, _panels(series), summaries, reader.findings(run.id))
+    captures = run_dir(Path(reader.path), run.host, run.pid, run.create_time)
+    return Report(
+        str(reader.path),
+        run,
+        _panels(series),
+        summaries,
+        reader.findings(run.id),
+        list_captures(captures),
+        str(trace_logdir(captures)),
+    )
 
 
 def _summary(key: SeriesKey, buckets: list[StoredBucket]) -> SeriesSummary | None:

@@ -7,6 +7,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from driftwatch.capture.store import Capture
 from driftwatch.history.reader import RunRecord, StoredFinding
 from driftwatch.series import Labels
 from driftwatch.units import human_bytes, human_seconds
@@ -85,6 +86,8 @@ class Report:
     panels: list[Panel]
     series: list[SeriesSummary]
     findings: list[StoredFinding]
+    captures: list[Capture]  # evidence captured at drift, oldest first
+    capture_logdir: str  # the TensorBoard logdir of its profiler traces
 
     @property
     def start(self) -> float:
