@@ -126,7 +126,7 @@ class Capturer:
         for finding in findings:
             if self._due(finding, now):
                 self._capture(finding.kind, now)
-        if not self._evidence and self._reference is None:
+        if not self._evidence:
             return findings
         return [self._annotated(finding) for finding in findings]
 
@@ -142,7 +142,7 @@ class Capturer:
             fields = dict(self._evidence.get(finding.kind, {}))
         if not fields:
             return finding
-        if self._reference is not None:
+        if self._reference:
             fields[REFERENCE_KEY] = self._reference
         return replace(finding, evidence={**finding.evidence, **fields})
 

@@ -30,8 +30,9 @@ TRACE_MAX_SECONDS = 60.0
 """A trace stops at the first probe this many seconds after it started, steps done or not."""
 TRACE_FIRST_STEP = 100
 """No trace starts before this global step (warm-up: tracing, compiling, first batches)."""
-TRACE_MIN_GAP_SECONDS = 60.0
-"""Seconds between the starts of two traces of one process, at least."""
+TRACE_MIN_GAP_SECONDS = 30.0
+"""Seconds between the starts of two traces of one process, at least (a request that comes
+sooner waits)."""
 TRACE_MAX_PER_PROCESS = 20
 """Traces one process takes at most, however often it is asked."""
 
@@ -65,17 +66,12 @@ class ProfilerTraces:
         if waiting is None:
             return None
         request = waiting
-        if step < TRACE_FIRST_STEP:
-            self._waiting = request  # taken once warm-up is over
+        if step < TRACE_FIRST_STEP or now - self._last_start < TRACE_MIN_GAP_SECONDS:
+            self._waiting = request  # taken once warm-up is over, or the gap has passed
             return None
         self._waiting = None
         if self._taken >= TRACE_MAX_PER_PROCESS:
             self._answer(request, CaptureStatus.FAILED, 0, meta, "too many traces already")
-            return None
-        if now - self._last_start < TRACE_MIN_GAP_SECONDS:
-            self._answer(
-                request, CaptureStatus.FAILED, 0, meta, "the previous trace was too recent"
-            )
             return None
         return self._start(request, step, now, meta)
 
