@@ -34,9 +34,10 @@ from driftwatch.channel.requests import RequestWatch, TraceRequest, write_reques
 from driftwatch.channel.wire import CaptureStatus
 from driftwatch.errors import ACCESS_HINT, CaptureUnavailable, TargetAccessDenied
 from driftwatch.findings import Finding, Severity
+from driftwatch.hook.trace import TRACE_FIRST_STEP, TRACE_MAX_STEPS
 from driftwatch.sources.hook import HookSource
 from driftwatch.store import Store
-from tests.conftest import REPO
+from tests.conftest import REPO, TF_ENV
 
 
 @pytest.fixture
@@ -272,3 +273,78 @@ def test_a_request_is_read_once_per_change_and_a_malformed_one_is_ignored(tmp_pa
     request_path(channel).write_text('{"id": "x"}')
     assert watch.poll() is None
     assert oct(os.stat(request_path(channel)).st_mode & 0o777) == "0o644"
+
+
+HOOK_WITH_TENSORFLOW = """
+import sys, time
+import tensorflow as tf
+from driftwatch.hook.core import Hook
+
+hook = Hook(channel_dir=sys.argv[1], probe_every_steps=10, probe_every_seconds=1e9)
+variable = tf.Variable(1.0)
+
+@tf.function
+def train_step():
+    variable.assign_add(1.0)
+    return variable.read_value()
+
+step = 0
+for line in sys.stdin:  # each line: how many steps to run, then say the step reached
+    for _ in range(int(line)):
+        step += 1
+        hook.step_started(time.perf_counter())
+        train_step()
+        hook.step_ended(time.perf_counter())
+    print(hook.global_step, flush=True)
+hook.close()
+"""
+
+
+@pytest.mark.tf
+@pytest.mark.paired
+def test_the_hook_traces_at_most_its_step_limit_and_defers_a_request_within_its_gap(
+    tmp_path: Path,
+) -> None:
+    job = subprocess.Popen(
+        [sys.executable, "-c", HOOK_WITH_TENSORFLOW, str(tmp_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **TF_ENV, "PYTHONPATH": str(REPO)},
+    )
+    assert job.stdin is not None
+    assert job.stdout is not None
+
+    def steps(count: int) -> None:
+        assert job.stdin is not None
+        assert job.stdout is not None
+        job.stdin.write(f"{count}\n")
+        job.stdin.flush()
+        job.stdout.readline()
+
+    try:
+        steps(TRACE_FIRST_STEP)  # warm-up over
+        path = channel_path(tmp_path, job.pid, psutil.Process(job.pid).create_time())
+        source = HookSource(path)
+        write_request(path, TraceRequest(1, 1000, "reference"))  # asks for far too many
+        steps(100)
+        source.sample(time.time())
+        answers = source.take_answers()
+        assert [(a.id, a.status, a.steps) for a in answers] == [
+            (1, CaptureStatus.STARTED, 0),
+            (1, CaptureStatus.DONE, TRACE_MAX_STEPS),
+        ]
+        (xplane,) = (traces_dir(path) / "1" / "plugins" / "profile").glob("*/*.xplane.pb")
+        assert xplane.stat().st_size > 0
+        write_request(path, TraceRequest(2, 5, "stalled"))
+        steps(100)  # ten probes, well within TRACE_MIN_GAP_SECONDS of the first trace
+        source.sample(time.time())
+        assert source.take_answers() == []  # waiting, not refused
+        job.stdin.close()  # the job ends; its last probe stops nothing, starts nothing
+        assert job.wait(timeout=60) == 0
+        source.sample(time.time())
+        assert source.take_answers() == []
+        source.close()
+    finally:
+        job.kill()
+        job.wait()
