@@ -3,6 +3,7 @@ request path from the monitor to the hook (real py-spy, real processes, real fil
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -26,6 +27,7 @@ from driftwatch.capture.store import (
     capture_name,
     enforce_caps,
     list_captures,
+    run_dir,
     stack_path,
     trace_path,
 )
@@ -34,10 +36,12 @@ from driftwatch.channel.requests import RequestWatch, TraceRequest, write_reques
 from driftwatch.channel.wire import CaptureStatus
 from driftwatch.errors import ACCESS_HINT, CaptureUnavailable, TargetAccessDenied
 from driftwatch.findings import Finding, Severity
+from driftwatch.history.reader import HistoryReader
 from driftwatch.hook.trace import TRACE_FIRST_STEP, TRACE_MAX_STEPS
 from driftwatch.sources.hook import HookSource
 from driftwatch.store import Store
-from tests.conftest import REPO, TF_ENV
+from tests import synthetic_run
+from tests.conftest import REPO, TF_ENV, run_cli
 
 
 @pytest.fixture
@@ -348,3 +352,44 @@ def test_the_hook_traces_at_most_its_step_limit_and_defers_a_request_within_its_
     finally:
         job.kill()
         job.wait()
+
+
+def test_the_report_lists_a_runs_captures_in_text_json_and_html(tmp_path: Path) -> None:
+    db = tmp_path / "history.db"
+    synthetic_run.record(db)
+    reader = HistoryReader(db)
+    run = reader.run(None)
+    reader.close()
+    directory = run_dir(db, run.host, run.pid, run.create_time)
+    stack = stack_path(directory, "abrupt_slowdown", run.first_seen + 60)
+    write_capture(stack, 2048)
+    reference = trace_path(directory, REFERENCE, run.first_seen + 30)
+    write_capture(reference, 4096)
+    logdir = directory / "profile"
+
+    text = run_cli("report", "--db", str(db))
+    assert text.returncode == 0, text.stderr
+    assert "  stack (abrupt_slowdown) at " in text.stdout
+    assert f"2.0 KiB: {stack}" in text.stdout
+    assert "  trace (reference) at " in text.stdout
+    assert f"  traces: tensorboard --logdir {logdir}" in text.stdout
+    document = json.loads(run_cli("report", "--db", str(db), "--json").stdout)
+    assert document["capture_logdir"] == str(logdir)
+    assert [(c["what"], c["label"], c["path"], c["bytes"]) for c in document["captures"]] == [
+        ("trace", REFERENCE, str(reference), 4096),
+        ("stack", "abrupt_slowdown", str(stack), 2048),
+    ]
+    html = tmp_path / "report.html"
+    assert run_cli("report", "--db", str(db), "--html", str(html)).returncode == 0
+    page = html.read_text()
+    assert "<h2>Captures</h2>" in page
+    assert str(stack) in page
+    assert f"tensorboard --logdir {logdir}" in page
+
+
+def test_a_run_without_captures_reports_none(tmp_path: Path) -> None:
+    db = tmp_path / "history.db"
+    synthetic_run.record(db)
+    assert "captures:" not in run_cli("report", "--db", str(db)).stdout
+    document = json.loads(run_cli("report", "--db", str(db), "--json").stdout)
+    assert document["captures"] == []
