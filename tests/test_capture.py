@@ -393,3 +393,17 @@ def test_a_run_without_captures_reports_none(tmp_path: Path) -> None:
     assert "captures:" not in run_cli("report", "--db", str(db)).stdout
     document = json.loads(run_cli("report", "--db", str(db), "--json").stdout)
     assert document["captures"] == []
+
+
+def test_a_finding_made_after_the_job_exited_captures_nothing_and_says_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    exited = subprocess.Popen([sys.executable, "-c", "pass"])
+    exited.wait()
+    capturer = Capturer(tmp_path / "run", exited.pid, None)
+    with caplog.at_level(logging.INFO):
+        annotated = capturer.annotate(1000.0, [finding("gradual_slowdown")], Store())
+        capturer.close(None, "")  # type: ignore[arg-type]
+    assert annotated == [finding("gradual_slowdown")]
+    assert caplog.records == []
+    assert not (tmp_path / "run").exists()

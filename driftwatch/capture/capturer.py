@@ -20,6 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import psutil
+
 from driftwatch.capture.stack import dump_stacks
 from driftwatch.capture.store import (
     REFERENCE,
@@ -124,7 +126,7 @@ class Capturer:
         self._collect(now)
         self._maybe_reference(now, store)
         for finding in findings:
-            if self._due(finding, now):
+            if self._due(finding, now) and self._alive():
                 self._capture(finding.kind, now)
         if not self._evidence:
             return findings
@@ -136,6 +138,13 @@ class Capturer:
         if now - self._captured.get(finding.kind, -float("inf")) < KIND_AGAIN_SECONDS:
             return False
         return now - self._last >= MIN_GAP_SECONDS and self._count < MAX_CAPTURES_PER_RUN
+
+    def _alive(self) -> bool:
+        """Whether the target still runs: a run judged at its end has nothing to capture."""
+        try:
+            return psutil.Process(self._pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
 
     def _annotated(self, finding: Finding) -> Finding:
         with self._lock:
