@@ -13,7 +13,7 @@ import psutil
 
 from driftwatch.capture.stack import INSTALL_HINT, find_py_spy
 from driftwatch.export.http import DEFAULT_HOST, DEFAULT_PORT
-from driftwatch.sources import eventfiles, nvml
+from driftwatch.sources import eventfiles, host, nvml
 
 CAP_SYS_PTRACE = 19
 
@@ -78,11 +78,13 @@ def check_port(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> Check:
 def run_checks() -> list[Check]:
     nvml_ok, nvml_detail = nvml.describe()
     events_ok, events_detail = eventfiles.describe()
+    host_ok, host_detail = host.describe()
     promtool = shutil.which("promtool")
     return [
         check_process_access(),
         Check("nvml", nvml_ok, nvml_detail),
         Check("eventfiles", events_ok, events_detail),
+        Check("host", host_ok, host_detail),
         check_package("tensorflow", "the in-process hook can run", "tf"),
         check_port(),
         Check(

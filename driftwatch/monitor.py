@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from driftwatch.detect import Engine
 from driftwatch.errors import SourceUnavailable, TargetGone, UsageError
 from driftwatch.findings import Diagnosis, Finding, worst_per_kind
+from driftwatch.goodput import GoodputAccount
 from driftwatch.series import SERIES, Export, LabelSetLimit, Sample, SeriesKey
 from driftwatch.snapshot import Sink, Snapshot, SourceStatus
 from driftwatch.sources import Draining, Source
@@ -106,6 +107,13 @@ class Monitor:
         self.moving = FastSignals()
         """When a signal last moved fast, for the sampling ``Cadence``."""
         self.snapshot = Snapshot(run, target, clock(), 0, store=self.store)
+        # A young process is watched from its start (its history is in the channel and
+        # event files); an older one from now.
+        started = self.snapshot.t
+        if started - target.create_time < YOUNG_SECONDS:
+            started = min(started, target.create_time)
+        self.goodput = GoodputAccount(started)
+        """Where the run's wall time went: stored as ``wall_seconds`` after each tick."""
 
     def tick(self) -> Snapshot:
         """Sample every source and evaluate the detectors.
@@ -141,8 +149,11 @@ class Monitor:
             samples = self._label_sets.admit(samples)
             self.store.extend(samples)
             self.moving.observe(samples)
+            wanted = self.goodput.series
             for sample in samples:
                 self._engine.observe(sample)
+                if sample.series in wanted:
+                    self.goodput.observe(sample)
 
     def _conclude(self, gone_from: Source) -> None:
         """The target has exited (``gone_from`` found out): read what every other source
@@ -157,10 +168,11 @@ class Monitor:
                 self._read(source, read, now)
             except TargetGone:
                 continue
-        self._publish(now, self._engine.evaluate(now, final=True))
+        self._publish(now, self._engine.evaluate(now, final=True), final=True)
 
-    def _publish(self, now: float, findings: list[Finding]) -> None:
+    def _publish(self, now: float, findings: list[Finding], final: bool = False) -> None:
         """Announce news among ``findings``, publish the snapshot and hand it to the sinks."""
+        self.store.extend(self.goodput.samples(now, final=final))
         if self._annotate is not None:
             findings = self._annotate(now, findings, self.store)
         for kind, finding in worst_per_kind(findings).items():

@@ -77,6 +77,7 @@ def render(report: Report) -> str:
         "</dl></div>",
         "<h2>Findings</h2>",
         _findings_table(report.findings),
+        *_goodput(report),
         *_captures(report),
         "<h2>Signals</h2>",
     ]
@@ -89,6 +90,39 @@ def render(report: Report) -> str:
         f"{local_time(time.time())}</footer></main></body></html>"
     )
     return "\n".join(parts)
+
+
+GOODPUT_COLOURS = {
+    "productive": "#0f766e",
+    "startup": "#9ca3af",
+    "periodic_stall": "#2563eb",
+    "stalled": "#dc2626",
+    "host_overhead": "#d97706",
+}
+"""The colour of each goodput phase in the report's bar."""
+
+
+def _goodput(report: Report) -> list[str]:
+    """Where the wall time went: one bar of the phases, and their seconds."""
+    goodput = report.goodput
+    if goodput is None or not goodput.total > 0:
+        return []
+    bar, legend = [], []
+    for phase, seconds in goodput.seconds.items():
+        share, colour = seconds / goodput.total, GOODPUT_COLOURS[phase]
+        bar.append(f'<div style="width:{share:.2%};background:{colour}"></div>')
+        legend.append(
+            f'<span><span class="swatch" style="background:{colour}"></span>'
+            f"{phase.replace('_', ' ')} {human_seconds(seconds)} ({share:.0%})</span>"
+        )
+    return [
+        "<h2>Goodput</h2>",
+        f'<div class="card"><p style="margin-top:0">{goodput.ratio:.0%} of '
+        f"{human_seconds(goodput.total)} in productive train steps</p>"
+        f'<div style="display:flex;height:14px;border-radius:4px;overflow:hidden">'
+        f'{"".join(bar)}</div><div class="legend" style="margin-top:8px">'
+        f"{''.join(legend)}</div></div>",
+    ]
 
 
 def _span(report: Report) -> tuple[float, float]:

@@ -36,6 +36,7 @@ def to_json(report: Report) -> str:
             for line in panel.lines
             if line.trend is not None
         ],
+        "goodput": None if report.goodput is None else report.goodput.to_dict(),
         "series": [s.to_dict() for s in report.series],
         "findings": [
             {

@@ -30,6 +30,8 @@ def to_text(report: Report) -> str:
             note = f"; {line.note}" if line.note else ""
             name = panel.title if len(panel.lines) == 1 else f"{panel.title} ({line.label})"
             lines.append(f"  {name}: {reading}{note}")
+    if report.goodput is not None:
+        lines.append(f"  goodput: {report.goodput.describe()}")
     if report.findings:
         lines.append("findings:")
         for f in report.findings:

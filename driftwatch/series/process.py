@@ -1,0 +1,47 @@
+"""The target process's own series, read from /proc by psutil (driftwatch/sources/process.py)."""
+
+from __future__ import annotations
+
+from driftwatch.series.spec import Kind, SeriesSpec
+
+PROCESS: dict[str, SeriesSpec] = {
+    "rss_bytes": SeriesSpec(
+        "driftwatch_process_resident_memory_bytes", "Resident set size of the target."
+    ),
+    "cpu_seconds": SeriesSpec(
+        "driftwatch_process_cpu_seconds_total",
+        "User and system CPU time of the target.",
+        Kind.COUNTER,
+    ),
+    "memory_limit_bytes": SeriesSpec(
+        "driftwatch_process_memory_limit_bytes",
+        "Memory the target may use: its cgroup's limit, else the host's total memory.",
+    ),
+    "threads": SeriesSpec("driftwatch_process_threads", "Threads in the target."),
+    "open_fds": SeriesSpec("driftwatch_process_open_fds", "Open file descriptors of the target."),
+    "read_bytes": SeriesSpec(
+        "driftwatch_process_read_bytes_total",
+        "Bytes the target caused to be read from storage.",
+        Kind.COUNTER,
+    ),
+    "write_bytes": SeriesSpec(
+        "driftwatch_process_write_bytes_total",
+        "Bytes the target caused to be written to storage.",
+        Kind.COUNTER,
+    ),
+    "read_syscall_bytes": SeriesSpec(
+        "driftwatch_process_read_syscall_bytes_total",
+        "Bytes the target passed through read-like system calls (files, sockets, pipes).",
+        Kind.COUNTER,
+    ),
+    "write_syscall_bytes": SeriesSpec(
+        "driftwatch_process_write_syscall_bytes_total",
+        "Bytes the target passed through write-like system calls (files, sockets, pipes).",
+        Kind.COUNTER,
+    ),
+    "nondisk_write_bytes": SeriesSpec(
+        "driftwatch_process_nondisk_write_bytes",
+        "Bytes written by the target that did not go to local storage (uploads, pipes): "
+        "write-syscall bytes minus storage write bytes.",
+    ),
+}

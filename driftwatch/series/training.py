@@ -1,0 +1,87 @@
+"""What the job's TensorBoard event files and its in-process hook say: steps, epochs, TF memory,
+tracing and non-finite values (driftwatch/sources/eventfiles.py, scalars.py, hook.py)."""
+
+from __future__ import annotations
+
+from driftwatch.series.spec import RUNTIME_LABELS, Export, Kind, SeriesSpec
+
+TRAINING: dict[str, SeriesSpec] = {
+    # TensorBoard event files
+    "event_files": SeriesSpec("driftwatch_event_files", "TensorBoard event files of the run."),
+    "event_file_bytes": SeriesSpec(
+        "driftwatch_event_file_bytes", "Total size of the run's TensorBoard event files."
+    ),
+    "event_file_largest_bytes": SeriesSpec(
+        "driftwatch_event_file_largest_bytes",
+        "Size of the run's largest single TensorBoard event file.",
+    ),
+    "event_file_unread_bytes": SeriesSpec(
+        "driftwatch_event_file_unread_bytes",
+        "Bytes of the run's event files a tick left unread: 0 unless reading falls behind.",
+    ),
+    "train_step": SeriesSpec("driftwatch_train_step", "Latest training step seen."),
+    "step_timestamp": SeriesSpec(
+        "driftwatch_last_step_timestamp_seconds",
+        "Wall-clock time at which the latest training step was logged.",
+    ),
+    "step_seconds": SeriesSpec(
+        "driftwatch_step_duration_seconds",
+        "Median wall-clock time per training step over the recent window.",
+        export=Export.RECENT_MEDIAN,
+    ),
+    # the in-process hook
+    "runtime_info": SeriesSpec(
+        "driftwatch_runtime_info",
+        "Versions the target runs, from its hook: Python, TensorFlow and Keras (empty: not "
+        "imported); always 1.",
+        label_names=RUNTIME_LABELS,
+    ),
+    "step_gap_seconds": SeriesSpec(
+        "driftwatch_step_gap_seconds",
+        "Median seconds per step spent outside the train step (callbacks, input, host work).",
+        export=Export.RECENT_MEDIAN,
+    ),
+    "epoch_seconds": SeriesSpec(
+        "driftwatch_epoch_duration_seconds", "Wall-clock duration of the latest epoch."
+    ),
+    "validation_seconds": SeriesSpec(
+        "driftwatch_validation_duration_seconds",
+        "Wall-clock time the latest epoch spent in validation.",
+    ),
+    "tf_allocator_current_bytes": SeriesSpec(
+        "driftwatch_tf_allocator_current_bytes",
+        "Memory TensorFlow's allocator has in use on a device.",
+        label_names=("device",),
+    ),
+    "tf_allocator_peak_bytes": SeriesSpec(
+        "driftwatch_tf_allocator_peak_bytes",
+        "Peak memory TensorFlow's allocator has had in use on a device.",
+        label_names=("device",),
+    ),
+    "tracing_count": SeriesSpec(
+        "driftwatch_tf_function_traces_total",
+        "Times TensorFlow traced the watched train functions again after driftwatch first "
+        "read them (retracing when it keeps rising).",
+        Kind.COUNTER,
+    ),
+    "retracing_warnings_total": SeriesSpec(
+        "driftwatch_tf_retracing_warnings_total",
+        "TensorFlow retracing warnings the job printed (driftwatch run only).",
+        Kind.COUNTER,
+    ),
+    "hook_nonfinite_total": SeriesSpec(
+        "driftwatch_hook_nonfinite_values_total",
+        "Non-finite (NaN or infinite) losses, metrics or weights the hook has seen.",
+        Kind.COUNTER,
+    ),
+    "hook_records_lost_total": SeriesSpec(
+        "driftwatch_hook_records_lost_total",
+        "Hook records overwritten before driftwatch read them (the reader fell behind).",
+        Kind.COUNTER,
+    ),
+    "nonfinite_total": SeriesSpec(
+        "driftwatch_nonfinite_values_total",
+        "Non-finite (NaN or infinite) scalar values seen in the run's logs.",
+        Kind.COUNTER,
+    ),
+}
