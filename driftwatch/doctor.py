@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import psutil
 
+from driftwatch.capture.stack import INSTALL_HINT, find_py_spy
 from driftwatch.export.http import DEFAULT_HOST, DEFAULT_PORT
 from driftwatch.sources import eventfiles, host, nvml
 
@@ -57,6 +58,14 @@ def check_package(name: str, purpose: str, extra: str) -> Check:
     return Check(name, True, f"{importlib.metadata.version(name)}: {purpose}")
 
 
+def check_py_spy() -> Check:
+    """Whether stack dumps at drift can be taken (docs/capture.md)."""
+    found = find_py_spy()
+    if found is None:
+        return Check("py-spy", False, f"not installed ({INSTALL_HINT}): stack dumps at drift")
+    return Check("py-spy", True, f"{found}: stack dumps at drift (needs what attach needs)")
+
+
 def check_port(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> Check:
     with socket.socket() as probe:
         try:
@@ -83,5 +92,6 @@ def run_checks() -> list[Check]:
             promtool is not None,
             promtool or "not found (apt-get install prometheus): only needed to check rules",
         ),
+        check_py_spy(),
         Check("cpus", True, f"{os.cpu_count()} CPUs, {psutil.virtual_memory().total >> 20} MiB"),
     ]

@@ -59,6 +59,10 @@ FAST_MEMORY_HORIZON = 3600.0
 """Seconds within which memory, at its latest rate, would reach its limit: moving fast."""
 
 
+Annotate = Callable[[float, list[Finding], Store], list[Finding]]
+"""Sees a tick's findings before they are announced: ``(now, findings, store)`` to findings."""
+
+
 def check_interval(interval: float, what: str = "--interval") -> float:
     """``interval`` if it is a usable sampling interval in seconds, else ``UsageError``."""
     if not math.isfinite(interval) or not MIN_INTERVAL <= interval <= MAX_INTERVAL:
@@ -83,11 +87,14 @@ class Monitor:
         recorder: Sink | None = None,
         sinks: Sequence[Sink] = (),
         evaluate_every: float = 0.0,
+        annotate: Annotate | None = None,
     ) -> None:
         """``sinks`` receive each snapshot, then the last one with why monitoring ended;
         ``recorder`` (the history's) goes first, before them. ``evaluate_every``: seconds
         (sample time) between evaluations of the detectors at most, unless a signal moves
-        fast (then every tick); ticks in between publish the last evaluation's findings."""
+        fast (then every tick); ticks in between publish the last evaluation's findings.
+        ``annotate`` sees each tick's findings first and may add evidence to them (the
+        captures'; ``driftwatch.capture``)."""
         self.run = run
         self.target = target
         self.store = store if store is not None else Store()
@@ -98,6 +105,7 @@ class Monitor:
         self._clock = clock
         self._on_finding = on_finding
         self._sinks = ([] if recorder is None else [recorder]) + list(sinks)
+        self._annotate = annotate
         self.reported: dict[str, Finding] = {}
         """Each kind's latest (worst) finding in this run, in the order the kinds were first
         reported; kept after it stops holding."""
@@ -180,6 +188,8 @@ class Monitor:
     def _publish(self, now: float, findings: list[Finding], final: bool = False) -> None:
         """Announce news among ``findings``, publish the snapshot and hand it to the sinks."""
         self.store.extend(self.goodput.samples(now, final=final))
+        if self._annotate is not None:
+            findings = self._annotate(now, findings, self.store)
         for kind, finding in worst_per_kind(findings).items():
             self.reported[kind] = finding
             # Announced when first seen, and again when its severity or diagnosis becomes one

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from driftwatch.capture.capturer import capturer_for
 from driftwatch.channel.env import RUN_ENV
 from driftwatch.channel.paths import channel_dirs
 from driftwatch.daemon.config import Config
@@ -157,6 +158,8 @@ class Daemon:
         except TargetError as err:
             self._discovery.refuse(key, str(err))
             return
+        history = self._history
+        capturer = None if history is None else capturer_for(history.path, target.info, sources)
         monitor = Monitor(
             name,
             target.info,
@@ -164,8 +167,10 @@ class Daemon:
             default_engine(),
             clock=self._clock,
             on_finding=lambda finding: self._report(name, finding),
-            recorder=None if self._history is None else self._history.recorder(name, target.info),
+            recorder=None if history is None else history.recorder(name, target.info),
+            sinks=() if capturer is None else (capturer,),
             evaluate_every=self.config.interval,
+            annotate=None if capturer is None else capturer.annotate,
         )
         cadence = Cadence(self.config.interval, target.info.create_time)
         self._watched[key] = _Watched(monitor, command, channel is None, channel, cadence)

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
+from driftwatch.capture.store import list_captures, run_dir, trace_logdir
 from driftwatch.detect.stats import theil_sen
 from driftwatch.goodput import Breakdown
 from driftwatch.history.reader import HistoryReader, StoredBucket
@@ -36,7 +38,17 @@ def build(reader: HistoryReader, selector: str | None) -> Report:
         {dict(s.labels)["phase"]: s.last[1] for s in summaries if s.series == "wall_seconds"}
     )
     findings = reader.findings(run.id)
-    return Report(str(reader.path), run, _panels(series), summaries, findings, goodput=goodput)
+    captures = run_dir(Path(reader.path), run.host, run.pid, run.create_time)
+    return Report(
+        str(reader.path),
+        run,
+        _panels(series),
+        summaries,
+        findings,
+        goodput=goodput,
+        captures=list_captures(captures),
+        capture_logdir=str(trace_logdir(captures)),
+    )
 
 
 def _summary(key: SeriesKey, buckets: list[StoredBucket]) -> SeriesSummary | None:

@@ -15,7 +15,7 @@ from driftwatch import __version__
 from driftwatch.findings import KINDS, Severity
 from driftwatch.history.reader import StoredFinding
 from driftwatch.report.model import Line, Panel, Report
-from driftwatch.units import human_seconds, local_time
+from driftwatch.units import human_bytes, human_seconds, local_time
 
 WIDTH, HEIGHT = 880, 240
 LEFT, RIGHT, TOP, BOTTOM = 78, 16, 26, 30
@@ -78,6 +78,7 @@ def render(report: Report) -> str:
         "<h2>Findings</h2>",
         _findings_table(report.findings),
         *_goodput(report),
+        *_captures(report),
         "<h2>Signals</h2>",
     ]
     if not report.panels:
@@ -165,6 +166,30 @@ def _findings_table(findings: list[StoredFinding]) -> str:
         )
     rows.append("</table></div>")
     return "\n".join(rows)
+
+
+def _captures(report: Report) -> list[str]:
+    """The evidence captured at drift, if any: what, when, how big, where."""
+    if not report.captures:
+        return []
+    rows = [
+        "<h2>Captures</h2>",
+        '<div class="card"><table><tr><th>what</th><th>for</th><th>taken</th><th>size</th>'
+        "<th>where</th></tr>",
+    ]
+    for c in report.captures:
+        rows.append(
+            f"<tr><td>{escape(c.what)}</td><td>{escape(c.label)}</td><td>{local_time(c.t)}</td>"
+            f"<td>{human_bytes(c.bytes)}</td><td>{escape(str(c.path))}</td></tr>"
+        )
+    rows.append("</table>")
+    if any(c.what == "trace" for c in report.captures):
+        rows.append(
+            f'<p class="ev">Profiler traces: tensorboard --logdir '
+            f"{escape(report.capture_logdir)} (Profile tab)</p>"
+        )
+    rows.append("</div>")
+    return rows
 
 
 def _kind_title(kind: str) -> str:

@@ -8,7 +8,7 @@ from driftwatch.report.model import Report
 
 
 def to_json(report: Report) -> str:
-    """One JSON document: the run, a summary of each series, the findings."""
+    """One JSON document: the run, a summary of each series, the findings, the captures."""
     run = report.run
     document = {
         "db": report.db,
@@ -53,5 +53,7 @@ def to_json(report: Report) -> str:
             }
             for f in report.findings
         ],
+        "captures": [c.to_dict() for c in report.captures],
+        "capture_logdir": report.capture_logdir,
     }
     return json.dumps(document, indent=2, sort_keys=True)
