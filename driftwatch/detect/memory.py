@@ -6,8 +6,10 @@ each are tested: Theil-Sen slope and Mann-Kendall trend (corrected for lag-1
 autocorrelation), within the segment after the last level jump, so a one-off allocation is
 a "memory step", not a leak. Short scales see fast growth within seconds (rapid growth on
 their newest few windows), long ones a slow leak over hours. Start-up (imports, model
-building, tracing) is never judged: it ends on the signal's own shape (``StartUp``), at the
-first training step, or after ``STARTUP_MAX_SECONDS``, so no step signal is needed. Warm-up
+building, tracing) is never judged: it ends when the process stopped loading (``Loading``),
+else on the signal's own shape (``StartUp``) or after ``STARTUP_MAX_SECONDS``, or at the
+first training step, so no step signal is needed; right after it, growth is also judged
+read by read and on windows counted from its end (``fresh_rises``). Warm-up
 is excluded, and a trend counts as a leak only once it has held for ``min_span`` seconds (a
 GC or caching cycle rises for minutes, then falls), except growth that would exhaust the
 limit within ``fast_horizon`` seconds: that is reported whenever it is seen. At a run's end

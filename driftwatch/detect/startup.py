@@ -1,6 +1,7 @@
-"""When a memory signal's start-up climb (imports, model building, tracing) ended, from its
-shape alone. Reasoning and experiments: docs/detectors.md, "Start-up, from the signal's own
-shape".
+"""When a memory signal's start-up climb (imports, model building, tracing) ended: from the
+process's loading (file-backed memory and reads flat while it runs), where those series are
+read, else from the signal's shape alone. Reasoning and experiments: docs/detectors.md,
+"Start-up, from the signal's own shape" and "Start-up, from the process's loading".
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ class Loading:
     libraries mapped, their code run for the first time) and the bytes it reads (modules
     imported) both flat for ``QUIET_SECONDS`` in which it ran ``QUIET_CPU_SECONDS``. A
     start-up imports and maps; a training loop, leaking or not, runs code it has run before
-    (docs/detectors.md, "Start-up, from the signal's own shape"). A job that reads its data
+    (docs/detectors.md, "Start-up, from the process's loading"). A job that reads its data
     from files never looks settled here: its start-up ends by its shape, a step or
     ``STARTUP_MAX_CPU_SECONDS``. Where these series are read, they rule rather than the
     signal's shape: a climb slowed by a busy host looks settled while it is still importing.
