@@ -159,3 +159,41 @@ def test_steep_growth_needs_readings_close_together_and_since_start_up() -> None
     sparse = [(T0 + 10.0 * i, 600e6 + 60e6 * i) for i in range(7)]
     assert fresh_rises(sparse, T0, HostMemoryDetector().thresholds) == []
     assert fresh_rises(close, T0 + 1.0, HostMemoryDetector().thresholds) == []
+
+
+def test_a_process_starved_of_cpu_has_not_stopped_loading() -> None:
+    """File-backed memory and reads flat for 10 s while the process got no CPU: it has not
+    stopped loading (it did not run); once it has run a CPU-second with them flat, it has,
+    from the first reading of that stretch."""
+    quiet = Loading()
+
+    def read(t: float, cpu: float) -> None:
+        for series, value in zip(LOADING_SERIES, (cpu, 50 * MIB, 360 * MIB), strict=True):
+            quiet.reading(series, T0 + t, value)
+
+    for i in range(21):
+        read(0.5 * i, 3.0)
+    assert quiet.ended_at != quiet.ended_at  # NaN: not yet
+    read(11.0, 3.6)
+    read(11.5, 4.1)
+    assert quiet.ended_at - T0 == 9.5
+    assert quiet.decided_at - T0 == 11.5
+
+
+def test_a_leak_in_a_process_that_barely_runs_is_judged_after_two_minutes() -> None:
+    """A process that keeps reading and gets little CPU never looks settled: after
+    ``STARTUP_MAX_LOADING_SECONDS`` its RSS is judged all the same (a 30 GiB/h leak against
+    a 16 GiB limit is reported within 10 s of that)."""
+    samples = [Sample("memory_limit_bytes", 16.0 * GIB, T0)]
+    rate = 30 * GIB / 3600
+    for i in range(300):
+        t = T0 + 0.5 * i
+        samples += [
+            Sample("rss_bytes", 600 * MIB + rate * 0.5 * i, t),
+            Sample("cpu_seconds", 0.01 * i, t),
+            Sample("read_syscall_bytes", 2 * MIB * i, t),
+            Sample("rss_file_bytes", 360 * MIB, t),
+        ]
+    report = first_report(HostMemoryDetector(), samples, every=0.5)
+    assert report is not None
+    assert 120.0 <= report[0] - T0 <= 130.0

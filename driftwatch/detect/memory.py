@@ -43,7 +43,13 @@ from driftwatch.detect.memory_trends import (
     analyse_scale,
     fresh_rises,
 )
-from driftwatch.detect.startup import LOADING_SERIES, STARTUP_MAX_SECONDS, Loading, StartUp
+from driftwatch.detect.startup import (
+    LOADING_SERIES,
+    STARTUP_MAX_LOADING_SECONDS,
+    STARTUP_MAX_SECONDS,
+    Loading,
+    StartUp,
+)
 from driftwatch.detect.stats import mann_kendall, theil_sen
 from driftwatch.detect.windows import WindowMeans
 from driftwatch.findings import KINDS, Finding, Severity
@@ -147,11 +153,14 @@ class MemoryDriftDetector:
     def training_start(self, state: _Signal) -> float:
         """When start-up ended, whichever comes first of: the first training step; when the
         process stopped loading (``Loading``, where its detector reads the process's loading
-        series), else by the signal's own shape or after ``STARTUP_MAX_SECONDS``. No step
+        series; at the latest after ``STARTUP_MAX_LOADING_SECONDS``), else by the signal's
+        own shape or after ``STARTUP_MAX_SECONDS``. No step
         signal needed: many jobs give none. Growth before it is never judged live, not even
         urgent growth."""
         if self._loading.seen:
-            by_process = self._loading.ended_at
+            by_process = state.first_t + STARTUP_MAX_LOADING_SECONDS
+            if self._loading.ended_at < by_process:  # False while it is NaN
+                by_process = self._loading.ended_at
         else:
             shape = state.startup.ended_at
             capped = state.first_t + STARTUP_MAX_SECONDS

@@ -97,6 +97,9 @@ QUIET_READ_BYTES = 1024 * 1024.0
 STARTUP_MAX_CPU_SECONDS = 20.0
 """CPU seconds after which a process that still loads is past its start-up (one that reads
 its data from files never stops reading): a TensorFlow start-up took 3-6 here."""
+STARTUP_MAX_LOADING_SECONDS = 120.0
+"""Longest start-up, in seconds, of a process whose loading is read: one that barely runs
+(waiting on a device or a lock) may never use ``STARTUP_MAX_CPU_SECONDS``."""
 LOADING_SERIES = ("cpu_seconds", "read_syscall_bytes", "rss_file_bytes")
 """The process's series that tell it is loading, in the order of ``Loading``'s rows."""
 
