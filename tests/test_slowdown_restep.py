@@ -22,13 +22,14 @@ from driftwatch.findings import Finding, Severity
 from driftwatch.series import Sample
 
 T0 = 1_700_000_000.0
-RECORDING = Path(__file__).parent / "data" / "slowdown" / "prometheus_e2e_contended_hook_steps.json.gz"
+RECORDING = Path(__file__).parent / "data" / "slowdown" / "e2e_contended_hook_steps.json.gz"
 
 
 def reports(samples: list[Sample]) -> list[tuple[float, Finding]]:
     """Each warning or worse the detector states, evaluated every second as a monitor does,
     when its kind or its onset changes: (when, finding)."""
-    detector, stated = SlowdownDetector(), []
+    detector = SlowdownDetector()
+    stated: list[tuple[float, Finding]] = []
     next_tick = samples[0].t + 1
     for sample in samples:
         detector.observe(sample)

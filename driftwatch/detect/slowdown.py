@@ -82,7 +82,9 @@ class SlowdownDetector:
     reported while the sum is past ``h`` and the current level (the Theil-Sen line through
     the blocks since the onset, at the newest) passes :meth:`_bar`; it is gradual when the
     level took more than ``RECENT_BLOCKS`` blocks to climb from a quarter to three quarters
-    of the ratio, abrupt when it jumped. Reasoning: docs/detectors.md, "Slowdowns".
+    of the ratio, abrupt when it jumped; a report whose level then steps up again by
+    ``RESTEP_BAR`` is stated as that new, abrupt step (:meth:`_restep`). Reasoning:
+    docs/detectors.md, "Slowdowns".
     """
 
     name = "slowdown"
@@ -121,7 +123,7 @@ class SlowdownDetector:
         self._since_step = LEVEL_BLOCKS  # blocks since a reported slowdown stepped up again
         self._stated = 1.0  # the ratio at which the report last decided its kind
         self._active = False  # hysteresis: on above h, off below h / 3
-        self._gradual = False  # the kind, decided when the report starts
+        self._gradual = False  # the kind, decided when the report starts (or steps again)
         self._since = math.nan  # and since when
 
     def observe(self, sample: Sample) -> None:
