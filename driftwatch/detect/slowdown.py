@@ -187,16 +187,21 @@ class SlowdownDetector:
             self._add_to_baseline(held.popleft())
 
     def _add_to_baseline(self, level: float) -> None:
-        """Fill the chunk; the first one sets the baseline and the noise as it grows."""
+        """Fill the chunk; the first one sets the baseline as it grows, and the noise (with
+        the sum's ``k`` and ``h``) from its first ``min_baseline_blocks``, then again at each
+        block that joins at a zero sum: a slowdown that the sum has not cleared yet must not
+        raise the bar it is climbing to (a busy start's noisy blocks made ``h`` outgrow the
+        sum of a 6x slowdown joining the first chunk)."""
         chunk = self._chunk
         first = not self._chunks
         chunk.append(level)
         if first and len(chunk) >= self._min_baseline:
             levels = np.array(chunk)
-            self._noise = robust_scale(levels)
-            self._variance_factor = ess_variance_factor(levels)[0]
-            self._cusum.k = max(math.log(WORTH_REPORTING) / 2, self._noise)
-            self._cusum.h = max(self._threshold, 6 * self._noise)
+            if len(chunk) == self._min_baseline or self._cusum.value == 0.0:
+                self._noise = robust_scale(levels)
+                self._variance_factor = ess_variance_factor(levels)[0]
+                self._cusum.k = max(math.log(WORTH_REPORTING) / 2, self._noise)
+                self._cusum.h = max(self._threshold, 6 * self._noise)
             self.baseline = math.exp(float(np.median(levels)))
         if len(chunk) < self._chunk_size:
             return
