@@ -128,6 +128,7 @@ class MemoryDriftDetector:
             if self._epochs == self.thresholds.warmup_epochs:
                 self._epochs_done_at = sample.t
         elif sample.series == self.signal:
+            self._loading.level(sample.value)
             state = self._signals.get(sample.labels)
             if state is None:
                 widths = [WindowMeans(w, self.thresholds.points) for w in self.thresholds.scales]

@@ -90,6 +90,8 @@ QUIET_SECONDS = 2.0
 """Seconds a process must load nothing (no file-backed memory, no reads) to have started."""
 QUIET_CPU_SECONDS = 1.0
 """CPU seconds it must have run in that time: a process starved of CPU loads nothing either."""
+QUIET_GROWTH_BYTES = 64 * 1024 * 1024.0
+"""Or the watched memory it added in that time, in bytes: growing, it is not starved."""
 QUIET_FILE_BYTES = 256 * 1024.0
 """File-backed resident memory, in bytes, that may come in that time: none really does."""
 QUIET_READ_BYTES = 1024 * 1024.0
@@ -107,7 +109,8 @@ LOADING_SERIES = ("cpu_seconds", "read_syscall_bytes", "rss_file_bytes")
 class Loading:
     """When a process stopped loading: its file-backed resident memory (``RssFile``: shared
     libraries mapped, their code run for the first time) and the bytes it reads (modules
-    imported) both flat for ``QUIET_SECONDS`` in which it ran ``QUIET_CPU_SECONDS``. A
+    imported) both flat for ``QUIET_SECONDS`` in which it ran ``QUIET_CPU_SECONDS`` or its
+    watched memory grew by ``QUIET_GROWTH_BYTES`` (a growing process is not starved). A
     start-up imports and maps; a training loop, leaking or not, runs code it has run before
     (docs/detectors.md, "Start-up, from the process's loading"). A job that reads its data
     from files never looks settled here: its start-up ends by its shape, a step or
@@ -115,7 +118,7 @@ class Loading:
     signal's shape: a climb slowed by a busy host looks settled while it is still importing.
     """
 
-    __slots__ = ("_first_cpu", "_latest", "_rows", "decided_at", "ended_at")
+    __slots__ = ("_first_cpu", "_latest", "_level", "_rows", "decided_at", "ended_at")
 
     def __init__(self) -> None:
         self.ended_at = math.nan
@@ -124,13 +127,21 @@ class Loading:
         """When that was known (the quiet stretch's end)."""
         self._first_cpu = math.nan
         self._latest: dict[str, tuple[float, float]] = {}
-        # (time, CPU seconds, bytes read, file-backed bytes) of readings that held all three
-        self._rows: deque[tuple[float, float, float, float]] = deque(maxlen=1024)
+        self._level = 0.0  # the watched memory's latest reading
+        # (time, CPU seconds, bytes read, file-backed bytes, watched memory) of readings
+        # that held all three loading series
+        self._rows: deque[tuple[float, float, float, float, float]] = deque(maxlen=1024)
 
     @property
     def seen(self) -> bool:
         """Whether every loading series has been read at one time at least once."""
         return not math.isnan(self._first_cpu)
+
+    def level(self, value: float) -> None:
+        """The latest reading of the memory the detector watches (RSS): a stretch in which
+        it grew by ``QUIET_GROWTH_BYTES`` needs no CPU time to prove the process ran."""
+        if math.isfinite(value):
+            self._level = value
 
     def reading(self, series: str, t: float, value: float) -> None:
         """One reading of a ``LOADING_SERIES`` series."""
@@ -148,10 +159,13 @@ class Loading:
             self.ended_at = self.decided_at = t
             return
         rows = self._rows
-        rows.append((t, cpu, reads, file))
-        base = None  # the newest row at least the quiet time and CPU before this one
+        level = self._level
+        rows.append((t, cpu, reads, file, level))
+        base = None  # the newest row at least the quiet time and CPU (or growth) before
         for row in reversed(rows):
-            if row[0] <= t - QUIET_SECONDS and row[1] <= cpu - QUIET_CPU_SECONDS:
+            if row[0] <= t - QUIET_SECONDS and (
+                row[1] <= cpu - QUIET_CPU_SECONDS or row[4] <= level - QUIET_GROWTH_BYTES
+            ):
                 base = row
                 break
         if base is None:
