@@ -23,6 +23,8 @@ PRESSURE_STEP = 0.10
 """Rise in the node's CPU (or I/O) pressure, seconds stalled per second, that scores 1."""
 CPU_DROP_STEP = 0.25
 """Fall of the target's CPU time per wall second, as a share, that adds 1 to contention."""
+CONTENDED = 0.5
+"""Node CPU pressure (s/s) from which the node counts as contended, risen or not (saturated)."""
 CPU_DROP_ALONE = 0.5
 """The same fall that scores 1 alone, where the node has no pressure information."""
 QUOTA_STEP = 0.10
@@ -120,7 +122,8 @@ def host_cpu(signals: Signals) -> Iterator[RankedCause]:
     drop = _positive(_drop(cores))
     if math.isfinite(_rise(pressure)):
         score = _positive(_rise(pressure)) / PRESSURE_STEP
-        score += drop / CPU_DROP_STEP if score > 0 else 0.0
+        contended = score > 0 or pressure[1] >= CONTENDED
+        score += drop / CPU_DROP_STEP if contended else 0.0
     else:
         score = drop / CPU_DROP_ALONE
     yield RankedCause(
