@@ -119,8 +119,8 @@ def test_retracing_that_starts_after_a_warmup_is_named_retracing(tmp_path: Path)
     # 20-130 ms (a trace; the more the busier the machine). A slowdown is judged on blocks
     # of 100 steps, 8 or more after the change: the run retraces for 80 s (over a minute:
     # fewer slow steps cannot be judged at all).
-    program = PROGRAMS / "retrace_after_warmup.py"
-    findings = run_job(program, tmp_path, "--seconds", "100", "--warmup", "20")
+    args = ("--why", "retracing", "--seconds", "100", "--warmup", "20")
+    findings = run_job(PROGRAMS / "slows_after_warmup.py", tmp_path, *args)
     top = top_cause(findings)
     assert top["cause"] == "retracing", top
     # 0.30 in a trial at load 8-10: the window after the onset starts before the first
@@ -129,12 +129,12 @@ def test_retracing_that_starts_after_a_warmup_is_named_retracing(tmp_path: Path)
 
 
 def test_a_slow_tf_data_map_in_a_custom_loop_is_named_input_wait(tmp_path: Path) -> None:
-    # Expected: after 15 s the map sleeps 20 ms a batch, the train step stays ~1-2 ms: the
+    # Expected: after 15 s the map sleeps 20 ms a batch, the train step stays ~1 ms: the
     # loop waits for input most of each step. With the hook's input-wait share that is
     # input_wait; without it (before s8-inputbound), the wait is time outside the train
     # step: host_time, its share from a few % to most of the step.
-    program = PROGRAMS / "slow_input_loop.py"
-    findings = run_job(program, tmp_path, "--seconds", "50", "--warmup", "15")
+    args = ("--why", "input", "--seconds", "50", "--warmup", "15")
+    findings = run_job(PROGRAMS / "slows_after_warmup.py", tmp_path, *args)
     top = top_cause(findings)
     expected = "input_wait" if "input_wait_share" in SERIES else "host_time"
     assert top["cause"] == expected, top

@@ -31,6 +31,19 @@ COMMAND_LABEL_LIMIT = 200
 
 SnapshotProvider = Callable[[], Iterable[Snapshot]]
 
+CAUSE_FAMILIES = (
+    (
+        "driftwatch_finding_cause_rank",
+        "Rank of each likely cause of an active slowdown or stall (1: the top cause).",
+    ),
+    (
+        "driftwatch_finding_cause_score",
+        "How far each likely cause's signals moved with the slowdown or stall (1 or more "
+        "counts; docs/detectors.md, Causes).",
+    ),
+)
+"""The metrics of the likely causes of each run's slowdowns and stalls: name and help."""
+
 
 class DriftwatchCollector(Collector):
     """Yields driftwatch's metric families from whatever ``snapshots()`` returns now."""
@@ -106,16 +119,9 @@ class DriftwatchCollector(Collector):
             "When each active finding's problem started.",
             labels=[RUN_LABEL, "kind"],
         )
-        cause_rank = GaugeMetricFamily(
-            "driftwatch_finding_cause_rank",
-            "Rank of each likely cause of an active slowdown or stall (1: the top cause).",
-            labels=[RUN_LABEL, "kind", "cause"],
-        )
-        cause_score = GaugeMetricFamily(
-            "driftwatch_finding_cause_score",
-            "How far each likely cause's signals moved with the slowdown or stall (1 or more "
-            "counts; docs/detectors.md, Causes).",
-            labels=[RUN_LABEL, "kind", "cause"],
+        cause_rank, cause_score = (
+            GaugeMetricFamily(name, text, labels=[RUN_LABEL, "kind", "cause"])
+            for name, text in CAUSE_FAMILIES
         )
         for snapshot in snapshots:
             run, target = snapshot.run, snapshot.target

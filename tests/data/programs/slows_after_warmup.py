@@ -1,0 +1,90 @@
+"""A custom training loop over tf.data that becomes slower after a warm-up, for a known reason.
+
+``--why input``: the pipeline's map calls a Python function (``tf.py_function``) that sleeps
+20 ms a batch once ``--warmup`` seconds have passed, as a decoding step that starts hitting a
+slow store would; with no prefetch and no parallel calls, the loop waits for each batch: an
+input-bound run.
+
+``--why retracing``: the learning rate, a Python float, starts decaying every step after the
+warm-up: tf.function traces the train step again at every step. The model is a linear
+regression on raw TensorFlow variables and the function has no autograph, so a step is about
+a millisecond before and a trace (tens of milliseconds) nearly all of it after. (The bundled
+driftwatch/examples/retrace_python_scalar.py retraces from its first step: it has no faster
+start to be slower than.) A slowdown is judged on blocks of 100 steps, 8 of them after the
+change at the least: run it long enough for about a thousand slow steps.
+
+Knows nothing of driftwatch.
+
+python tests/data/programs/slows_after_warmup.py --why input|retracing --logdir DIR
+    [--seconds 50] [--warmup 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from typing import Any
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np
+import tensorflow as tf
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--why", choices=("input", "retracing"), required=True)
+    parser.add_argument("--logdir", required=True)
+    parser.add_argument("--seconds", type=float, default=50.0)
+    parser.add_argument("--warmup", type=float, default=15.0)
+    args = parser.parse_args()
+    slow_from = time.monotonic() + args.warmup
+    deadline = time.monotonic() + args.seconds
+    slow_input = args.why == "input"
+
+    def load(batch: Any) -> Any:
+        if slow_input and time.monotonic() >= slow_from:
+            time.sleep(0.02)
+        return batch
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(4096, 32)).astype("float32")
+    y = (x @ rng.normal(size=(32, 1))).astype("float32")
+    dataset = (
+        tf.data.Dataset.from_tensor_slices((x, y))
+        .batch(64)
+        .map(lambda a, b: (tf.py_function(load, [a], tf.float32), b))
+        .repeat()
+    )
+    weights = tf.Variable(tf.zeros((32, 1)))
+    bias = tf.Variable(tf.zeros((1,)))
+
+    @tf.function(autograph=False)  # type: ignore[untyped-decorator]
+    def train_step(a: Any, b: Any, lr: float) -> Any:
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(tf.ensure_shape(a, (None, 32)) @ weights + bias - b))
+        grad_w, grad_b = tape.gradient(loss, [weights, bias])
+        weights.assign_sub(lr * grad_w)
+        bias.assign_sub(lr * grad_b)
+        return loss
+
+    writer = tf.summary.create_file_writer(args.logdir)
+    lr = 0.01
+    steps = 0
+    for a, b in dataset:
+        loss = train_step(a, b, lr)
+        steps += 1
+        if not slow_input and time.monotonic() >= slow_from:
+            lr *= 0.9999  # a new Python float every step: a new trace every step
+        if steps % 10 == 0:
+            with writer.as_default(step=steps):
+                tf.summary.scalar("loss", loss)
+        if time.monotonic() >= deadline:
+            break
+    writer.close()
+    print(f"{steps} steps, {train_step.experimental_get_tracing_count()} traces")
+
+
+if __name__ == "__main__":
+    main()
