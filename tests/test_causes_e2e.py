@@ -114,12 +114,13 @@ def test_a_real_growing_callback_is_named_host_time(tmp_path: Path) -> None:
 
 
 def test_retracing_that_starts_after_a_warmup_is_named_retracing(tmp_path: Path) -> None:
-    # Expected: 20 s at one learning rate (one trace), then a new Python float every step:
+    # Expected: 35 s at one learning rate (one trace), then a new Python float every step:
     # a trace per step (score (1 - 0) / 0.01 = 100), steps from about a millisecond to
     # 20-130 ms (a trace; the more the busier the machine). A slowdown is judged on blocks
-    # of 100 steps, 8 or more after the change: the run retraces for 80 s (over a minute:
-    # fewer slow steps cannot be judged at all).
-    args = ("--why", "retracing", "--seconds", "100", "--warmup", "20")
+    # of 100 steps: 15 of the fast ones to set a baseline (warm-up included), 3-4 slow ones
+    # to report it live, 8 at the end: the run retraces for 60 s (over a minute: fewer slow
+    # steps cannot be judged at all).
+    args = ("--why", "retracing", "--seconds", "95", "--warmup", "35")
     findings = run_job(PROGRAMS / "slows_after_warmup.py", tmp_path, *args)
     top = top_cause(findings)
     assert top["cause"] == "retracing", top
