@@ -15,8 +15,11 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import replace
 
+import numpy as np
+
 from driftwatch.causes import CAUSES, RankedCause, numbers_said
 from driftwatch.detect.cause_scores import SCORERS, Scorer
+from driftwatch.detect.stats import FloatArray
 from driftwatch.findings import Finding
 from driftwatch.series import Labels, Sample
 
@@ -36,6 +39,8 @@ MAX_WINDOW_SECONDS = 6 * 3600.0
 """Most span of either window, in seconds."""
 REFRESH_SECONDS = 10.0
 """A finding's causes are ranked again at most this often, in seconds of its clock."""
+REFRESH_SHARE = 0.05
+"""Nor more often than this share of the finding's age (an hour-old slowdown: every 3 min)."""
 LEAST_SCORE = 1.0
 """Score from which a cause is named."""
 MAX_STALLS = 64
@@ -116,21 +121,16 @@ class _Track:
         self.fine.add(t, value)
         self.coarse.add(t, value)
 
-    def _rows(self, windows: Windows) -> Sequence[float]:
-        """Rows from the windows' start on: the fine tier's, after the coarse buckets that
-        end before it where it does not reach back that far."""
-        start = min(a for a, _ in windows)
-        fine = self.fine.rows
-        if self.fine.reaches(start):
+    def _rows(self, windows: Windows) -> FloatArray:
+        """Rows (start, sum, count, last t, last value) from the windows' start on: the
+        fine tier's, after the coarse buckets that end before it where it does not reach
+        back that far."""
+        fine = np.frombuffer(self.fine.rows).reshape(-1, 5)
+        if self.fine.reaches(min(a for a, _ in windows)):
             return fine
-        coarse = self.coarse.rows
-        first = fine[0] if fine else math.inf
-        older = [i for i in range(0, len(coarse), 5) if coarse[i + 3] < first]
-        rows = array("d")
-        for i in older:
-            rows.extend(coarse[i : i + 5])
-        rows.extend(fine)
-        return rows
+        coarse = np.frombuffer(self.coarse.rows).reshape(-1, 5)
+        first = fine[0, 3] if len(fine) else math.inf
+        return np.concatenate((coarse[coarse[:, 3] < first], fine))
 
     def mean(self, windows: Windows) -> float:
         """The mean level over ``windows`` (NaN with no sample in them): of the buckets whose
@@ -138,12 +138,12 @@ class _Track:
         if not windows:
             return math.nan
         rows = self._rows(windows)
-        total = count = 0.0
-        for t, value, weight in zip(rows[3::5], rows[1::5], rows[2::5], strict=True):
-            if any(a <= t < b for a, b in windows):
-                total += value
-                count += weight
-        return total / count if count else math.nan
+        times = rows[:, 3]
+        inside = np.zeros(len(rows), dtype=bool)
+        for a, b in windows:
+            inside |= (times >= a) & (times < b)
+        count = float(rows[inside, 2].sum())
+        return float(rows[inside, 1].sum()) / count if count else math.nan
 
     def rate(self, windows: Windows) -> float:
         """Growth per second over ``windows``: their increases over their durations, each
@@ -152,27 +152,15 @@ class _Track:
         if not windows:
             return math.nan
         rows = self._rows(windows)
-        times, values = rows[3::5], rows[4::5]
-        grown = spent = 0.0
-        for a, b in windows:
-            i, j = max(_last_at(times, a), 0), _last_at(times, b)
-            if j <= i:
-                continue
-            grown += max(0.0, values[j] - values[i])
-            spent += times[j] - times[i]
-        return grown / spent if spent > 0 else math.nan
-
-
-def _last_at(times: Sequence[float], t: float) -> int:
-    """Index of the last time at or before ``t`` (-1 if none), by bisection."""
-    low, high = 0, len(times)
-    while low < high:
-        middle = (low + high) // 2
-        if times[middle] <= t:
-            low = middle + 1
-        else:
-            high = middle
-    return low - 1
+        times, values = rows[:, 3], rows[:, 4]
+        starts = np.array([a for a, _ in windows])
+        ends = np.array([b for _, b in windows])
+        first = np.maximum(np.searchsorted(times, starts, side="right") - 1, 0)
+        last = np.searchsorted(times, ends, side="right") - 1
+        kept = last > first
+        grown = np.maximum(values[last[kept]] - values[first[kept]], 0.0).sum()
+        spent = (times[last[kept]] - times[first[kept]]).sum()
+        return float(grown / spent) if spent > 0 else math.nan
 
 
 class Signals:
@@ -231,7 +219,8 @@ class CauseRanker:
 
     def _annotated(self, finding: Finding, now: float) -> Finding:
         held = self._ranked.get(finding.kind)
-        if held is not None and held[0] == finding.since and now - held[1] < REFRESH_SECONDS:
+        refresh = max(REFRESH_SECONDS, (now - finding.since) * REFRESH_SHARE)
+        if held is not None and held[0] == finding.since and now - held[1] < refresh:
             causes = held[2]
         else:
             before, after = self.windows(finding, now)
