@@ -1,22 +1,26 @@
 """A custom training loop over tf.data that becomes slower after a warm-up, for a known reason.
 
-``--why input``: the pipeline's map (only then) calls a Python function (``tf.py_function``) that sleeps
-20 ms a batch once ``--warmup`` seconds have passed, as a decoding step that starts hitting a
-slow store would; with no prefetch and no parallel calls, the loop waits for each batch: an
-input-bound run.
+``--why input``: the pipeline has a map (only then) calling a Python function
+(``tf.py_function``) that sleeps 20 ms a batch once ``--warmup`` seconds have passed, as a
+decoding step that starts hitting a slow store would; with no prefetch and no parallel calls,
+the loop waits for each batch: an input-bound run.
 
 ``--why retracing``: the learning rate, a Python float, starts decaying every step after the
 warm-up: tf.function traces the train step again at every step. The model is a linear
 regression on raw TensorFlow variables and the function has no autograph, so a step is about
 a millisecond before and a trace (tens of milliseconds) nearly all of it after. (The bundled
 driftwatch/examples/retrace_python_scalar.py retraces from its first step: it has no faster
-start to be slower than.) A slowdown is judged on blocks of 100 steps, 8 of them after the
-change at the least: run it long enough for about a thousand slow steps.
+start to be slower than.)
+
+The run ends after ``--slow-steps`` steps past the warm-up: a slowdown is judged on blocks of
+100 steps (3-4 of them after the change to report it live), and a trace
+takes 20 ms on a quiet machine but 300 ms on a busy one, so a time budget would leave too
+few slow steps to judge exactly where the test is busiest.
 
 Knows nothing of driftwatch.
 
 python tests/data/programs/slows_after_warmup.py --why input|retracing --logdir DIR
-    [--seconds 50] [--warmup 15]
+    [--warmup 15] [--slow-steps 500]
 """
 
 from __future__ import annotations
@@ -36,11 +40,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--why", choices=("input", "retracing"), required=True)
     parser.add_argument("--logdir", required=True)
-    parser.add_argument("--seconds", type=float, default=50.0)
-    parser.add_argument("--warmup", type=float, default=15.0)
+    parser.add_argument("--warmup", type=float, default=15.0, help="seconds at full speed")
+    parser.add_argument("--slow-steps", type=int, default=500, help="steps after the warm-up")
     args = parser.parse_args()
     slow_from = time.monotonic() + args.warmup
-    deadline = time.monotonic() + args.seconds
     slow_input = args.why == "input"
 
     def load(batch: Any) -> Any:
@@ -69,16 +72,18 @@ def main() -> None:
 
     writer = tf.summary.create_file_writer(args.logdir)
     lr = 0.01
-    steps = 0
+    steps = slow_steps = 0
     for a, b in dataset:
         loss = train_step(a, b, lr)
         steps += 1
-        if not slow_input and time.monotonic() >= slow_from:
-            lr *= 0.9999  # a new Python float every step: a new trace every step
+        if time.monotonic() >= slow_from:
+            slow_steps += 1
+            if not slow_input:
+                lr *= 0.9999  # a new Python float every step: a new trace every step
         if steps % 10 == 0:
             with writer.as_default(step=steps):
                 tf.summary.scalar("loss", loss)
-        if time.monotonic() >= deadline:
+        if slow_steps >= args.slow_steps:
             break
     writer.close()
     print(f"{steps} steps, {train_step.experimental_get_tracing_count()} traces")
