@@ -1,4 +1,4 @@
-"""Process source: memory, CPU, threads, descriptors and I/O of the target, via psutil."""
+"""Process source: memory, CPU, threads, descriptors and I/O of the target (/proc, psutil)."""
 
 from __future__ import annotations
 
@@ -48,7 +48,8 @@ def memory_limit(pid: int) -> float:
 
 
 class ProcessSource:
-    """Reads the target's ``psutil.Process`` (kept between ticks) inside one ``oneshot()``."""
+    """Reads the target's ``/proc/PID/stat`` once per sample (liveness, CPU, threads,
+    memory), and its descriptors and I/O counters through its ``psutil.Process``."""
 
     name = "process"
 
@@ -60,20 +61,17 @@ class ProcessSource:
     def sample(self, now: float) -> list[Sample]:
         target = self._target
         process = target.process
-        with translate_psutil(target.pid, "the process statistics"), process.oneshot():
-            target.check_alive()  # its status comes from the stat file the oneshot reads
-            rss = process.memory_info().rss
-            cpu = process.cpu_times()
-            threads = process.num_threads()
+        stat = target.read_stat()  # alive, same process, not a zombie: from the same read
+        with translate_psutil(target.pid, "the process statistics"):
             fds = process.num_fds()
             io = process.io_counters()
         # read_chars/write_chars exist on Linux only; the stubs do not know the platform.
         read_chars: int = getattr(io, "read_chars", 0)
         write_chars: int = getattr(io, "write_chars", 0)
         values = {
-            "rss_bytes": rss,
-            "cpu_seconds": cpu.user + cpu.system,
-            "threads": threads,
+            "rss_bytes": stat.rss_bytes,
+            "cpu_seconds": stat.cpu_seconds,
+            "threads": stat.threads,
             "open_fds": fds,
             "read_bytes": io.read_bytes,
             "write_bytes": io.write_bytes,
