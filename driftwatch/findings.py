@@ -11,6 +11,8 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from driftwatch.causes import RankedCause
+
 
 class Severity(enum.Enum):
     INFO = "info"
@@ -81,6 +83,7 @@ class Finding:
     since: float  # unix seconds: when the problem started, as best the evidence says
     message: str  # what, since when, how fast, the likely cause and what to try
     evidence: Mapping[str, float | str] = field(default_factory=dict)
+    causes: tuple[RankedCause, ...] = ()  # slowdowns and stalls: likely causes, best first
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -97,6 +100,13 @@ class Finding:
         )
         return self.severity, named
 
+    def evidence_record(self) -> dict[str, object]:
+        """The evidence as JSON holds it, the ranked causes under ``causes``."""
+        record: dict[str, object] = dict(self.evidence)
+        if self.causes:
+            record["causes"] = [cause.to_dict() for cause in self.causes]
+        return record
+
     def to_json(self, run: str) -> str:
         """One JSON line, the format of ``--findings`` and ``analyze --json``."""
         return json.dumps(
@@ -106,7 +116,7 @@ class Finding:
                 "severity": self.severity.value,
                 "since": self.since,
                 "message": self.message,
-                "evidence": dict(self.evidence),
+                "evidence": self.evidence_record(),
             },
             sort_keys=True,
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from driftwatch.causes import RankedCause
 from driftwatch.findings import Finding, Severity
 from driftwatch.history.writer import History
 from driftwatch.series import Sample
@@ -29,6 +30,14 @@ SLOWDOWN = Finding(
     START + 5400,
     "step time up 50% since 01:30: an input pipeline stall; check the data loader",
     {"ratio": 1.5},
+    (
+        RankedCause(
+            "host_cpu_contention",
+            6.2,
+            {"cpu_pressure_share_before": 0.1, "cpu_pressure_share_after": 0.72},
+        ),
+        RankedCause("storage_reads", 1.4, {"read_bytes_per_second_before": 1e6}),
+    ),
 )
 LEAK = Finding(
     "host_memory_drift",

@@ -41,6 +41,9 @@ def test_text_summary_of_the_latest_run(db: Path) -> None:
     assert "[critical] host_memory_drift since" in out
     assert "[warning] abrupt_slowdown since" in out
     assert "check the data loader" in out  # the cause and fix travel with the finding
+    # and its ranked causes, each on a line of its own, with its numbers
+    assert "    cause 1: Host CPU contention (score 6.2: cpu pressure share 10% -> 72%)" in out
+    assert "    cause 2: Storage reads (score 1.4: read bytes per second 0.95 MiB/s -> -)" in out
 
 
 def test_json_is_one_document_with_run_series_and_findings(db: Path) -> None:
@@ -56,6 +59,12 @@ def test_json_is_one_document_with_run_series_and_findings(db: Path) -> None:
     assert trend["per_hour"] == pytest.approx(40 * MIB, rel=0.05)
     tf = next(s for s in report["series"] if s["series"] == "tf_allocator_current_bytes")
     assert tf["labels"] == {"device": "CPU:0"}
+    slow = next(f for f in report["findings"] if f["kind"] == "abrupt_slowdown")
+    assert [c["cause"] for c in slow["evidence"]["causes"]] == [
+        "host_cpu_contention",
+        "storage_reads",
+    ]
+    assert slow["evidence"]["causes"][0]["numbers"]["cpu_pressure_share_after"] == 0.72
     leak = next(f for f in report["findings"] if f["kind"] == "host_memory_drift")
     assert [c["severity"] for c in leak["changes"]] == ["warning", "critical"]
     assert leak["evidence"] == {"slope_bytes_per_hour": 40.0 * MIB}
@@ -84,6 +93,7 @@ def test_html_findings_carry_the_title_of_their_kind(db: Path, tmp_path: Path) -
     html = page.read_text()
     for kind in ("host_memory_drift", "abrupt_slowdown"):
         assert f'<td title="{KINDS[kind].title}">{kind}</td>' in html
+    assert '<ol class="ev causes" title="likely causes, best first"><li>Host CPU contention' in html
 
 
 @pytest.fixture(scope="session")

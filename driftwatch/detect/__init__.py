@@ -45,15 +45,32 @@ class Concluding(Protocol):
         ...
 
 
-class Engine:
-    """Routes samples to the detectors that want them and gathers their evaluations."""
+class Annotator(Protocol):
+    """Adds to the findings of an evaluation what other signals say (their likely causes);
+    it never adds a finding."""
 
-    def __init__(self, detectors: Sequence[Detector]) -> None:
+    series: frozenset[str]
+    """The series whose samples it wants."""
+
+    def observe(self, sample: Sample) -> None: ...
+
+    def annotate(self, findings: list[Finding], now: float) -> list[Finding]: ...
+
+
+class Engine:
+    """Routes samples to the detectors that want them and gathers their evaluations,
+    annotated by ``annotator`` (the ranked causes of slowdowns and stalls) if given."""
+
+    def __init__(self, detectors: Sequence[Detector], annotator: Annotator | None = None) -> None:
         self._detectors = list(detectors)
+        self._annotator = annotator
         routes: dict[str, list[Callable[[Sample], None]]] = {}
-        for detector in self._detectors:
-            for series in detector.series:
-                routes.setdefault(series, []).append(detector.observe)
+        parts: list[Detector | Annotator] = [*self._detectors]
+        if annotator is not None:
+            parts.append(annotator)
+        for part in parts:
+            for series in part.series:
+                routes.setdefault(series, []).append(part.observe)
         # Bound methods, looked up once: observe runs for every sample of a long recording.
         self._routes = {series: tuple(observers) for series, observers in routes.items()}
         self.scores: dict[str, float] = {d.name: 0.0 for d in self._detectors}
@@ -72,4 +89,6 @@ class Engine:
                 evaluation = detector.evaluate(now)
             self.scores[detector.name] = evaluation.score
             findings.extend(evaluation.findings)
+        if self._annotator is not None and findings:
+            return self._annotator.annotate(findings, now)
         return findings

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from driftwatch.detect import Detector, Engine
 from driftwatch.detect.basic import NonFiniteDetector, StallDetector
+from driftwatch.detect.causes import CauseRanker
 from driftwatch.detect.growth import growth_detectors
 from driftwatch.detect.host_memory import HostMemoryDetector
 from driftwatch.detect.memory import AllocatorMemoryDetector, MemoryDriftDetector
@@ -39,4 +40,5 @@ def default_detectors() -> list[Detector]:
 
 
 def default_engine() -> Engine:
-    return Engine(default_detectors())
+    """The default detectors, their slowdowns and stalls given ranked causes."""
+    return Engine(default_detectors(), CauseRanker())

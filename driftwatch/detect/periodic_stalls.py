@@ -199,6 +199,7 @@ class PeriodicStallDetector:
             "stall_seconds": stall,
             "share_of_wall_time": share,
             "steps_per_sample": float(self._steps_per_sample),
+            "last_stall_t": float(times[-1]),
         }
         message = (
             f"about every {every:.1f} s ({steps:.0f} steps) training pauses for "

@@ -21,6 +21,7 @@ from prometheus_client.exposition import make_wsgi_app
 from prometheus_client.registry import Collector
 
 from driftwatch import __version__
+from driftwatch.findings import worst_per_kind
 from driftwatch.series import SERIES, Kind, Scope
 from driftwatch.snapshot import Snapshot
 
@@ -29,6 +30,19 @@ COMMAND_LABEL_LIMIT = 200
 """Characters of the (redacted) command kept in the info metric: bounded label size."""
 
 SnapshotProvider = Callable[[], Iterable[Snapshot]]
+
+CAUSE_FAMILIES = (
+    (
+        "driftwatch_finding_cause_rank",
+        "Rank of each likely cause of an active slowdown or stall (1: the top cause).",
+    ),
+    (
+        "driftwatch_finding_cause_score",
+        "How far each likely cause's signals moved with the slowdown or stall (1 or more "
+        "counts; docs/detectors.md, Causes).",
+    ),
+)
+"""The metrics of the likely causes of each run's slowdowns and stalls: name and help."""
 
 
 class DriftwatchCollector(Collector):
@@ -105,6 +119,10 @@ class DriftwatchCollector(Collector):
             "When each active finding's problem started.",
             labels=[RUN_LABEL, "kind"],
         )
+        cause_rank, cause_score = (
+            GaugeMetricFamily(name, text, labels=[RUN_LABEL, "kind", "cause"])
+            for name, text in CAUSE_FAMILIES
+        )
         for snapshot in snapshots:
             run, target = snapshot.run, snapshot.target
             info.add_metric(
@@ -124,7 +142,12 @@ class DriftwatchCollector(Collector):
             for item in snapshot.findings:
                 finding.add_metric([run, item.kind, item.severity.value], 1.0)
                 finding_since.add_metric([run, item.kind], item.since)
+            for kind, item in worst_per_kind(snapshot.findings).items():
+                for rank, cause in enumerate(item.causes, 1):
+                    cause_rank.add_metric([run, kind, cause.cause], float(rank))
+                    cause_score.add_metric([run, kind, cause.cause], cause.score)
         yield from (info, start, last_sample, source_up, finding, finding_since, score)
+        yield from (cause_rank, cause_score)
 
 
 def metrics_app(snapshots: SnapshotProvider) -> Callable[..., Any]:

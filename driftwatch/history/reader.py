@@ -8,6 +8,7 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
+from driftwatch.causes import CAUSES, RankedCause
 from driftwatch.errors import HistoryError
 from driftwatch.findings import Severity
 from driftwatch.history.schema import connect_for_reading
@@ -54,6 +55,19 @@ class StoredFinding:
     message: str
     evidence: dict[str, float | str]
     changes: list[tuple[float, Severity | None]]  # when it started, changed, stopped (None)
+    causes: tuple[RankedCause, ...] = ()  # slowdowns and stalls: likely causes, best first
+
+
+def _evidence_and_causes(text: str) -> tuple[dict[str, float | str], tuple[RankedCause, ...]]:
+    """A stored finding's evidence, and its ranked causes (those this version knows)."""
+    evidence = json.loads(text)
+    listed = evidence.pop("causes", [])
+    causes = tuple(
+        RankedCause(c["cause"], float(c["score"]), c.get("numbers", {}), c.get("detail", ""))
+        for c in listed
+        if isinstance(c, dict) and c.get("cause") in CAUSES
+    )
+    return evidence, causes
 
 
 class HistoryReader:
@@ -142,23 +156,27 @@ class HistoryReader:
             "SELECT kind, t, severity FROM finding_changes WHERE run_id = ? ORDER BY t", run_id
         ):
             changes.setdefault(kind, []).append((t, Severity(severity) if severity else None))
-        return [
-            StoredFinding(
-                kind,
-                Severity(severity),
-                since,
-                first_seen,
-                last_seen,
-                message,
-                json.loads(evidence),
-                changes.get(kind, []),
+        stored = []
+        for kind, severity, since, first_seen, last_seen, message, evidence in self._query(
+            "SELECT kind, severity, since, first_seen, last_seen, message, evidence "
+            "FROM findings WHERE run_id = ? ORDER BY first_seen, kind",
+            run_id,
+        ):
+            numbers, causes = _evidence_and_causes(evidence)
+            stored.append(
+                StoredFinding(
+                    kind,
+                    Severity(severity),
+                    since,
+                    first_seen,
+                    last_seen,
+                    message,
+                    numbers,
+                    changes.get(kind, []),
+                    causes,
+                )
             )
-            for kind, severity, since, first_seen, last_seen, message, evidence in self._query(
-                "SELECT kind, severity, since, first_seen, last_seen, message, evidence "
-                "FROM findings WHERE run_id = ? ORDER BY first_seen, kind",
-                run_id,
-            )
-        ]
+        return stored
 
     def close(self) -> None:
         self._conn.close()

@@ -223,7 +223,7 @@ class History:
                     s.first_seen,
                     s.last_seen,
                     s.finding.message,
-                    json.dumps(dict(s.finding.evidence)),
+                    json.dumps(s.finding.evidence_record()),
                 )
                 for s in batch.findings
             ),

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from html import escape
 
 from driftwatch import __version__
+from driftwatch.causes import cause_line
 from driftwatch.findings import KINDS, Severity
 from driftwatch.history.reader import StoredFinding
 from driftwatch.report.model import Line, Panel, Report
@@ -162,10 +163,18 @@ def _findings_table(findings: list[StoredFinding]) -> str:
             f"<td{_kind_title(f.kind)}>{escape(f.kind)}</td><td>{local_time(f.since)}<br>"
             f'<span class="ev">seen {local_time(f.first_seen)}<br>to {local_time(f.last_seen)}'
             f"</span></td><td>{escape(f.message)}"
-            f'<div class="ev">{evidence}</div></td></tr>'
+            f'<div class="ev">{evidence}</div>{_causes(f)}</td></tr>'
         )
     rows.append("</table></div>")
     return "\n".join(rows)
+
+
+def _causes(finding: StoredFinding) -> str:
+    """The finding's ranked causes as a numbered list (nothing when it has none)."""
+    if not finding.causes:
+        return ""
+    items = "".join(f"<li>{escape(cause_line(c))}</li>" for c in finding.causes)
+    return f'<ol class="ev causes" title="likely causes, best first">{items}</ol>'
 
 
 def _captures(report: Report) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from driftwatch.history.reader import StoredFinding
 from driftwatch.report.model import Report
 
 
@@ -46,7 +47,7 @@ def to_json(report: Report) -> str:
                 "first_seen": f.first_seen,
                 "last_seen": f.last_seen,
                 "message": f.message,
-                "evidence": f.evidence,
+                "evidence": _evidence(f),
                 "changes": [
                     {"t": t, "severity": s.value if s is not None else None} for t, s in f.changes
                 ],
@@ -57,3 +58,11 @@ def to_json(report: Report) -> str:
         "capture_logdir": report.capture_logdir,
     }
     return json.dumps(document, indent=2, sort_keys=True)
+
+
+def _evidence(finding: StoredFinding) -> dict[str, object]:
+    """The finding's evidence, its ranked causes under ``causes`` as in the findings file."""
+    evidence: dict[str, object] = dict(finding.evidence)
+    if finding.causes:
+        evidence["causes"] = [cause.to_dict() for cause in finding.causes]
+    return evidence

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from driftwatch.causes import cause_line
 from driftwatch.report.model import Report
 from driftwatch.units import human_bytes, human_seconds, local_time
 
@@ -39,6 +40,8 @@ def to_text(report: Report) -> str:
                 f"  [{f.severity.value}] {f.kind} since {local_time(f.since)} "
                 f"(seen {local_time(f.first_seen)} to {local_time(f.last_seen)}): {f.message}"
             )
+            for rank, cause in enumerate(f.causes, 1):
+                lines.append(f"    cause {rank}: {cause_line(cause)}")
     else:
         lines.append("findings: none")
     if report.captures:

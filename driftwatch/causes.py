@@ -1,0 +1,151 @@
+"""The likely causes a slowdown or stall finding names: a fixed set, as ``KINDS`` is of kinds.
+
+``CAUSES`` is the table (a name, a title, what it means, the fix); ``RankedCause`` is one
+cause as a finding carries it, with its score and the numbers that moved. The ranking itself
+lives in ``driftwatch.detect.causes``; how co-moving is judged: docs/detectors.md, "Causes".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class CauseSpec:
+    """What a cause is called, what its signals say and what to try."""
+
+    title: str
+    means: str
+    fix: str
+
+
+CAUSES: dict[str, CauseSpec] = {
+    "gpu_thermal": CauseSpec(
+        "GPU clocks throttled by heat",
+        "NVML reports thermal slowdown and the SM clock fell below what it was",
+        "check the GPU's cooling and airflow, the node's fans and inlet temperature",
+    ),
+    "gpu_power_cap": CauseSpec(
+        "GPU clocks held down by the power cap",
+        "NVML reports the power cap holding the clocks and the SM clock fell",
+        "check the board's power limit (nvidia-smi -q -d POWER) and the node's power budget",
+    ),
+    "gpu_hw_slowdown": CauseSpec(
+        "GPU hardware slowdown",
+        "NVML reports a hardware slowdown (power brake, overheating) holding the clocks",
+        "check the node's power supply and the GPU's health (nvidia-smi -q, dmesg)",
+    ),
+    "host_cpu_contention": CauseSpec(
+        "Host CPU contention",
+        "the node's CPU pressure rose while the job got less CPU time per second",
+        "find the other busy processes on the node (top); pin or move the job or them",
+    ),
+    "cgroup_cpu_throttled": CauseSpec(
+        "CPU quota throttling",
+        "the job's cgroup used up its CPU quota more often",
+        "raise the container's CPU limit or use fewer threads (tf.config.threading)",
+    ),
+    "input_wait": CauseSpec(
+        "Waiting for input",
+        "a larger share of each step waits for the input pipeline",
+        "prefetch, map with num_parallel_calls=tf.data.AUTOTUNE, cache, read faster storage",
+    ),
+    "host_time": CauseSpec(
+        "Callbacks and host work between steps",
+        "a larger share of each step is spent outside the train step",
+        "profile the callbacks; log, save and evaluate less often; avoid per-step host syncs",
+    ),
+    "retracing": CauseSpec(
+        "tf.function retracing",
+        "the train function is traced again more often",
+        "pass tensors, not Python values; give tf.function an input_signature",
+    ),
+    "memory_near_limit": CauseSpec(
+        "Memory near its limit",
+        "resident memory came close to the limit (swapping, reclaim)",
+        "find what grows (driftwatch's memory findings); a smaller batch or cache",
+    ),
+    "allocator_fragmentation": CauseSpec(
+        "TF allocator fragmentation",
+        "the allocator's peak rose far above what it holds",
+        "keep shapes fixed (padding, bucketing); TF_GPU_ALLOCATOR=cuda_malloc_async on GPUs",
+    ),
+    "event_file_volume": CauseSpec(
+        "Event-file volume",
+        "the job writes its TensorBoard event files faster",
+        "log summaries, images and histograms less often (update_freq, histogram_freq)",
+    ),
+    "upload_volume": CauseSpec(
+        "Upload volume",
+        "the job writes more to sockets and pipes (uploads, remote logging)",
+        "upload less often or asynchronously; check what a remote logger sends per step",
+    ),
+    "storage_reads": CauseSpec(
+        "Storage reads",
+        "the job reads more from storage, or the node waits longer on I/O",
+        "cache the dataset (tf.data cache, local disk), check the disk or network store",
+    ),
+}
+"""Every cause a slowdown or stall can be given, in the order ties are ranked."""
+
+
+@dataclass(frozen=True, slots=True)
+class RankedCause:
+    """One likely cause of a finding: its ``score`` (1 or more: the signal clearly moved;
+    higher ranks first) and its ``numbers`` before and after (or during stalls and between
+    them); ``detail`` says where (a GPU, a device), if anywhere."""
+
+    cause: str
+    score: float
+    numbers: Mapping[str, float] = field(default_factory=dict)
+    detail: str = ""
+
+    def __post_init__(self) -> None:
+        if self.cause not in CAUSES:
+            raise ValueError(f"{self.cause!r} is no cause: give it a row in CAUSES")
+
+    def to_dict(self) -> dict[str, object]:
+        """As JSON holds it: the finding's ``evidence["causes"]``."""
+        data: dict[str, object] = {
+            "cause": self.cause,
+            "score": round(self.score, 3),
+            "numbers": dict(self.numbers),
+        }
+        if self.detail:
+            data["detail"] = self.detail
+        return data
+
+
+def cause_line(cause: RankedCause) -> str:
+    """One cause as a report lists it: its title, where, its numbers and the fix."""
+    spec = CAUSES[cause.cause]
+    where = f" on {cause.detail}" if cause.detail else ""
+    return f"{spec.title}{where} (score {cause.score:.1f}: {numbers_said(cause)}); {spec.fix}"
+
+
+def numbers_said(cause: RankedCause) -> str:
+    """A cause's numbers as ``name before -> after`` pairs, in the units their names end in."""
+    parts = []
+    for key, value in cause.numbers.items():
+        if not key.endswith("_before"):
+            continue
+        name = key.removesuffix("_before")
+        after = cause.numbers.get(f"{name}_after", math.nan)
+        parts.append(f"{name.replace('_', ' ')} {_unit(name, value)} -> {_unit(name, after)}")
+    return ", ".join(parts)
+
+
+def _unit(name: str, value: float) -> str:
+    if not math.isfinite(value):
+        return "-"
+    if name.endswith("_hertz"):
+        return f"{value / 1e6:.0f} MHz"
+    if name.endswith("_bytes_per_second"):
+        return f"{value / 2**20:.2f} MiB/s"
+    if name.endswith(("_share", "_ratio")):
+        return f"{value:.0%}"
+    if name.endswith("_seconds"):
+        return f"{value * 1e3:.1f} ms" if value < 1 else f"{value:.2f} s"
+    return f"{value:.3g}"

@@ -1,0 +1,219 @@
+"""Ranked likely causes of slowdowns and stalls: the signals that moved with them.
+
+The synthetic tests state each scenario's expected verdict with its numbers before the
+ranking sees it; the real ones (tests/test_causes_e2e.py) run TensorFlow jobs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import random
+import subprocess
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from driftwatch.causes import CAUSES, RankedCause, cause_line
+from driftwatch.detect import Engine
+from driftwatch.detect.catalog import default_detectors, default_engine
+from driftwatch.detect.causes import CauseRanker
+from driftwatch.export.prometheus import DriftwatchCollector
+from driftwatch.findings import Finding, Severity
+from driftwatch.monitor import Monitor
+from driftwatch.series import Sample
+from driftwatch.sources.nvml import NvmlSource
+from driftwatch.target import TargetInfo
+from tests.fake_pynvml import install
+
+PID = 4242
+SLOWDOWNS = frozenset({"abrupt_slowdown", "gradual_slowdown"})
+
+
+def slowdown(since: float) -> Finding:
+    return Finding("abrupt_slowdown", Severity.WARNING, since, "steps became slower.", {})
+
+
+def feed(ranker: CauseRanker, samples: list[Sample]) -> None:
+    for sample in sorted(samples, key=lambda s: s.t):
+        ranker.observe(sample)
+
+
+def test_an_input_wait_share_that_rises_is_the_top_cause_with_its_numbers() -> None:
+    # Expected: input wait 3 % -> 40 % of each step (score (0.40 - 0.03) / 0.05 = 7.4),
+    # ranked above the time outside the step that the wait is part of (gap share minus
+    # the wait: 10 % -> 10 %, no cause).
+    ranker = CauseRanker()
+    samples = []
+    for t in range(0, 240):
+        wait = 0.03 if t < 120 else 0.40
+        step = 0.1 if t < 120 else 0.16
+        samples += [
+            Sample("step_seconds", step, float(t)),
+            Sample("input_wait_share", wait, float(t)),
+            Sample("step_gap_seconds", step * (wait + 0.10), float(t)),
+        ]
+    feed(ranker, samples)
+    [found] = ranker.annotate([slowdown(120.0)], 240.0)
+    assert [c.cause for c in found.causes] == ["input_wait"]
+    top = found.causes[0]
+    assert top.numbers["input_wait_share_before"] == pytest.approx(0.03)
+    assert top.numbers["input_wait_share_after"] == pytest.approx(0.40)
+    assert top.score == pytest.approx(7.4)
+    assert "point to waiting for input (input wait share 3% -> 40%)" in found.message
+
+
+def test_a_finding_of_another_kind_and_a_run_with_nothing_moving_stay_as_they_were() -> None:
+    ranker = CauseRanker()
+    feed(ranker, [Sample("cpu_seconds", 0.9 * t, float(t)) for t in range(300)])
+    leak = Finding("host_memory_drift", Severity.WARNING, 100.0, "RSS grows.", {})
+    quiet = slowdown(150.0)
+    assert ranker.annotate([leak, quiet], 300.0) == [leak, quiet]
+
+
+def test_stalls_are_compared_with_the_time_between_them() -> None:
+    # Expected: every 30 s a 5-s stall (ending at 30, 60, ...) during which the job reads
+    # 50 MiB/s from storage (1 MiB/s between): storage reads, log2(50 / 1) = 5.6.
+    ranker = CauseRanker()
+    read, samples = 0.0, []
+    for t in range(1, 301):
+        stalled = (t - 1) % 30 >= 25  # reads in (265, 270] count at 266..270
+        read += (50 if stalled else 1) * 2**20
+        samples.append(Sample("read_bytes", read, float(t)))
+    feed(ranker, samples)
+    evidence: dict[str, float | str] = {
+        "period_seconds": 30.0,
+        "stall_seconds": 5.0,
+        "last_stall_t": 270.0,
+    }
+    stalls = Finding("periodic_stall", Severity.INFO, 30.0, "pauses.", evidence)
+    [found] = ranker.annotate([stalls], 300.0)
+    assert [c.cause for c in found.causes] == ["storage_reads"]
+    numbers = found.causes[0].numbers
+    assert numbers["read_bytes_per_second_before"] == pytest.approx(2**20, rel=0.01)
+    assert numbers["read_bytes_per_second_after"] == pytest.approx(50 * 2**20, rel=0.1)
+
+
+def test_a_stalled_run_is_judged_since_its_last_step() -> None:
+    # Expected: the job stops stepping at 200 s while its RSS sits at 97 % of its limit:
+    # memory near its limit, (0.97 - 0.85) / 0.05 = 2.4.
+    ranker = CauseRanker()
+    samples = []
+    for t in range(400):
+        rss = 0.5 if t < 200 else 0.97
+        samples += [Sample("rss_bytes", rss * 8e9, float(t)), Sample("memory_limit_bytes", 8e9, t)]
+    feed(ranker, samples)
+    evidence: dict[str, float | str] = {"seconds_since_last_step": 200.0}
+    stalled = Finding("stalled", Severity.WARNING, 200.0, "no training step.", evidence)
+    [found] = ranker.annotate([stalled], 400.0)
+    assert [c.cause for c in found.causes] == ["memory_near_limit"]
+    assert found.causes[0].score == pytest.approx(2.4, rel=0.02)
+
+
+def test_causes_travel_in_the_findings_json_and_name_only_known_causes() -> None:
+    cause = RankedCause("retracing", 12.5, {"traces_per_step_before": 0.0})
+    finding = Finding("abrupt_slowdown", Severity.WARNING, 1.0, "slower.", {}, (cause,))
+    record = json.loads(finding.to_json("r"))
+    assert record["evidence"]["causes"] == [
+        {"cause": "retracing", "score": 12.5, "numbers": {"traces_per_step_before": 0.0}}
+    ]
+    assert "tf.function retracing" in cause_line(cause)
+    with pytest.raises(ValueError, match="no cause"):
+        RankedCause("gremlins", 1.0)
+    assert all(spec.title and spec.means and spec.fix for spec in CAUSES.values())
+
+
+class SlowingSteps:
+    """A job's steps, 50 ms at the GPU's full SM clock and slower as it falls (20 a second,
+    with 5 % noise), read from the same fake NVML the NVML source reads."""
+
+    name = "steps"
+
+    def __init__(self, nvml: NvmlSource) -> None:
+        self._nvml = nvml
+        self._random = random.Random(0)
+
+    def sample(self, now: float) -> list[Sample]:
+        samples = self._nvml.sample(now)
+        clock = next(s.value for s in samples if s.series == "gpu_sm_clock_hertz")
+        for i in range(20):
+            t = now - 1 + (i + 1) / 20
+            step = 0.05 * 1980e6 / clock * (1 + 0.05 * self._random.uniform(-1, 1))
+            samples.append(Sample("step_seconds", step, t))
+        return samples
+
+    def close(self) -> None:
+        self._nvml.close()
+
+
+def test_thermal_throttling_that_starts_mid_run_is_the_top_cause(
+    monkeypatch: pytest.MonkeyPatch, promtool: str
+) -> None:
+    # Expected: from the 150th reading GPU 0 is throttled for heat all the time (0 -> 100 %)
+    # and its SM clock falls from 1980 to 1200 MHz: steps 1.65x slower, an abrupt slowdown
+    # whose top cause is gpu_thermal, scored 1 / 0.25 + (1 - 1200 / 1980) / 0.1 = 7.9 once
+    # the clock has settled; the power cap on GPU 1 never changed and is no cause.
+    fake = install(monkeypatch, "throttling", PID)
+    fake.change_from = 150
+    target = TargetInfo(PID, 0.0, "python", ("python", "train.py"), "me", 1000)
+    clock = itertools.count(1000.0, 1.0)
+    monitor = Monitor(
+        "train", target, [SlowingSteps(NvmlSource(PID))], default_engine(), clock=clock.__next__
+    )
+    for _ in range(400):
+        snapshot = monitor.tick()
+    slow = [f for f in snapshot.findings if f.kind in SLOWDOWNS]
+    assert slow, [f.kind for f in snapshot.findings]
+    top = slow[0].causes[0]
+    assert (top.cause, top.detail) == ("gpu_thermal", "GPU 0")
+    assert top.numbers["throttled_share_before"] == 0.0
+    assert top.numbers["throttled_share_after"] > 0.9
+    assert top.numbers["sm_clock_hertz_before"] == 1980e6
+    assert top.numbers["sm_clock_hertz_after"] < 1300e6
+    assert top.score > 7
+    assert "gpu_power_cap" not in {c.cause for c in slow[0].causes}
+    assert "point to gpu clocks throttled by heat on GPU 0" in slow[0].message
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(DriftwatchCollector(lambda: [snapshot]))
+    text = generate_latest(registry).decode()
+    kind = slow[0].kind
+    labels = f'cause="gpu_thermal",kind="{kind}",run="train"'
+    assert f"driftwatch_finding_cause_rank{{{labels}}} 1.0" in text
+    assert f"driftwatch_finding_cause_score{{{labels}}} {top.score}" in text
+    done = subprocess.run(
+        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip() == "", done.stdout
+    monitor.close()
+
+
+def test_the_ranking_adds_no_finding_and_changes_none_of_the_detectors_verdicts() -> None:
+    # The same samples through the default engine with and without the ranker: the same
+    # findings (kinds, severities, onsets), some of them with causes.
+    rng = random.Random(1)
+    samples = []
+    for t in range(1, 1200):
+        step = 0.05 if t < 600 else 0.09
+        samples += [
+            Sample("step_seconds", step * (1 + 0.05 * rng.random()), t + i / 20) for i in range(20)
+        ]
+        samples.append(
+            Sample(
+                "pressure_some_seconds", (0.1 if t < 600 else 0.8) * t, t, (("resource", "cpu"),)
+            )
+        )
+        samples.append(Sample("cpu_seconds", (1.0 if t < 600 else 0.5) * t, float(t)))
+    plain, ranked = Engine(default_detectors()), default_engine()
+    verdicts = []
+    for engine in (plain, ranked):
+        for sample in samples:
+            engine.observe(sample)
+        findings = engine.evaluate(1200.0, final=True)
+        verdicts.append([(f.kind, f.severity, f.since) for f in findings])
+    assert verdicts[0] == verdicts[1]
+    assert any(k in SLOWDOWNS for k, _, _ in verdicts[0])
+    causes = [f.causes for f in ranked.evaluate(1200.0, final=True) if f.kind in SLOWDOWNS]
+    assert causes[0][0].cause == "host_cpu_contention"
+    assert not math.isnan(causes[0][0].score)
