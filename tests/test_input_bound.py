@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +14,14 @@ from driftwatch.detect import Evaluation
 from driftwatch.detect.input_bound import InputBoundDetector
 from driftwatch.findings import Severity
 from driftwatch.series import Sample
-from tests.test_custom_loop_hook import findings, history_series, run_under_driftwatch, steps_run
+from tests.conftest import TF_ENV
+from tests.test_custom_loop_hook import (
+    ONE_THREAD,
+    findings,
+    history_series,
+    run_under_driftwatch,
+    steps_run,
+)
 
 T0 = 1_700_000_000.0
 
@@ -80,6 +90,7 @@ import tensorflow as tf
 import keras
 
 SLOW = sys.argv[2] == "slow"
+DELAY = float(sys.argv[3]) if len(sys.argv) > 3 else 0.04
 keras.utils.set_random_seed(0)
 model = keras.Sequential(
     [
@@ -94,7 +105,7 @@ features = np.random.default_rng(0).normal(size=(16384, 64)).astype("float32")
 
 
 def decode(batch):
-    time.sleep(0.04)  # a slow decoder or augmentation in Python: 40 ms a batch
+    time.sleep(DELAY)  # a slow decoder or augmentation in Python: 40 ms a batch
     return batch
 
 
@@ -138,17 +149,17 @@ print("steps", steps)
 
 @pytest.mark.tf
 def test_a_custom_loop_waiting_on_a_slow_map_is_reported_input_bound(tmp_path: Path) -> None:
-    # Expected: each batch's 10-ms map runs when the loop asks for it, and a step of this
-    # model takes about 5 ms here, so about two thirds of each step waits for input: a
-    # warning (measured: 58-68 % of 18-29-ms steps on the shared 2-core machine, load 12).
+    # Expected: the 40-ms map outruns the prefetch tf.data injects, as a step of this model
+    # takes about 10 ms: most of each step waits for input, a warning (measured: 59-65 % of
+    # 41-46-ms steps on the shared 2-core machine at a load of 10-13).
     stdout, db = run_under_driftwatch(PIPELINE_LOOP, tmp_path, "15", "slow")
     assert steps_run(stdout) > 100, stdout
     shares = [b.mean for b in history_series(db)["input_wait_share"] if b.mean == b.mean]
     assert shares
-    assert min(shares) > 0.5, shares
+    assert min(shares) > 0.3, shares
     (finding,) = [f for f in findings(tmp_path) if f["kind"] == "input_bound"]
     assert finding["severity"] == "warning"
-    assert finding["evidence"]["share"] > 0.5
+    assert finding["evidence"]["share"] > 0.3
     assert finding["evidence"]["wait_seconds"] > 0.005
     assert f"{finding['evidence']['share']:.0%} of each step" in finding["message"]
 
@@ -164,3 +175,56 @@ def test_the_same_loop_with_prefetch_and_a_parallel_fast_map_is_not(tmp_path: Pa
     assert max(shares) < 0.2, shares
     warned = [f for f in findings(tmp_path) if f["severity"] != "info"]
     assert "input_bound" not in {f["kind"] for f in warned}
+
+
+# -- Keras fit: only a TF Profiler trace sees its input wait --------------------------------
+
+FIT_TRACED = (
+    PIPELINE_LOOP.split("@tf.function")[0]
+    + """
+from pathlib import Path
+from driftwatch.hook.trace_input import input_wait_in_trace
+
+model.compile(optimizer="sgd", loss="mse")
+model.fit(dataset, steps_per_epoch=3, epochs=1, verbose=0)  # tracing, the pipeline filling
+logdir = Path(sys.argv[1])
+tf.profiler.experimental.start(str(logdir))
+model.fit(dataset, steps_per_epoch=12, epochs=1, verbose=0)
+tf.profiler.experimental.stop()
+(trace,) = logdir.glob("plugins/profile/*/*.xplane.pb")
+wait = input_wait_in_trace(trace)
+print("input", wait.share, wait.steps, wait.step_seconds, wait.wait_seconds)
+"""
+)
+
+
+def traced_fit(tmp_path: Path, *mode: str) -> tuple[float, int, float, float]:
+    tmp_path.mkdir()
+    script = tmp_path / "fit.py"
+    script.write_text(FIT_TRACED)
+    result = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "profile"), *mode],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+        env={**os.environ, **TF_ENV, **ONE_THREAD},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith("input ")]
+    share, steps, step_seconds, wait_seconds = line.split()[1:]
+    return float(share), int(steps), float(step_seconds), float(wait_seconds)
+
+
+@pytest.mark.tf
+def test_a_profiler_trace_of_fit_tells_its_input_wait(tmp_path: Path) -> None:
+    # Expected: fit fetches inside its graph, yet the trace's IteratorGetNext events hold
+    # each batch's wait. tf.data injects a prefetch, so a slow map overlaps the step: with a
+    # 200-ms map and steps of about 10 ms (up to 90 ms traced on the loaded machine) most
+    # of each step waits; the prefetched fast map leaves a small share (measured: 2.6 %).
+    share, steps, step_seconds, wait_seconds = traced_fit(tmp_path / "slow", "slow", "0.2")
+    assert steps >= 10
+    assert share > 0.5
+    assert wait_seconds == pytest.approx(share * step_seconds)
+    fast_share, _, _, _ = traced_fit(tmp_path / "fast", "fast")
+    assert fast_share < 0.2
