@@ -228,3 +228,25 @@ def test_a_profiler_trace_of_fit_tells_its_input_wait(tmp_path: Path) -> None:
     assert wait_seconds == pytest.approx(share * step_seconds)
     fast_share, _, _, _ = traced_fit(tmp_path / "fast", "fast")
     assert fast_share < 0.2
+
+
+FIT_UNDER_DRIFTWATCH = (
+    PIPELINE_LOOP.split("@tf.function")[0]
+    + """
+model.compile(optimizer="sgd", loss="mse")
+model.fit(dataset, steps_per_epoch=40, epochs=2, verbose=0)
+print("steps", 80)
+"""
+)
+
+
+@pytest.mark.tf
+def test_fit_with_the_same_slow_map_gets_no_input_wait_with_default_flags(tmp_path: Path) -> None:
+    # fit fetches inside its graph: the hook times its steps but cannot tell the wait, and
+    # says nothing rather than 0 (docs/hook.md, "Input wait").
+    stdout, db = run_under_driftwatch(FIT_UNDER_DRIFTWATCH, tmp_path, "0", "slow")
+    assert steps_run(stdout) == 80
+    series = history_series(db)
+    assert series["step_seconds"]
+    assert "input_wait_share" not in series
+    assert "input_bound" not in {f["kind"] for f in findings(tmp_path)}
