@@ -3,9 +3,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,9 +11,7 @@ from driftwatch.detect import Evaluation
 from driftwatch.detect.input_bound import InputBoundDetector
 from driftwatch.findings import Severity
 from driftwatch.series import Sample
-from tests.conftest import TF_ENV
 from tests.test_custom_loop_hook import (
-    ONE_THREAD,
     findings,
     history_series,
     run_under_driftwatch,
@@ -199,19 +194,10 @@ print("input", wait.share, wait.steps, wait.step_seconds, wait.wait_seconds)
 
 
 def traced_fit(tmp_path: Path, *mode: str) -> tuple[float, int, float, float]:
+    """The program run under ``driftwatch run``, its trace read in the job."""
     tmp_path.mkdir()
-    script = tmp_path / "fit.py"
-    script.write_text(FIT_TRACED)
-    result = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "profile"), *mode],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-        env={**os.environ, **TF_ENV, **ONE_THREAD},
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    (line,) = [line for line in result.stdout.splitlines() if line.startswith("input ")]
+    stdout, _ = run_under_driftwatch(FIT_TRACED, tmp_path, str(tmp_path / "profile"), *mode)
+    (line,) = [line for line in stdout.splitlines() if line.startswith("input ")]
     share, steps, step_seconds, wait_seconds = line.split()[1:]
     return float(share), int(steps), float(step_seconds), float(wait_seconds)
 
