@@ -12,6 +12,7 @@ from driftwatch.channel.paths import channel_path
 from driftwatch.channel.ring import ChannelReader
 from driftwatch.channel.wire import Kind
 from driftwatch.hook.core import Hook
+from driftwatch.sources.hook import HookSource
 
 
 def test_periods_are_divided_by_the_steps_each_call_ran(tmp_path: Path) -> None:
@@ -60,3 +61,24 @@ def test_the_run_name_is_driftwatch_run_unless_given(
     assert Hook(run="given", channel_dir=str(tmp_path)).run == "given"
     monkeypatch.delenv("DRIFTWATCH_RUN")
     assert Hook(channel_dir=str(tmp_path)).run != "from-env"
+
+
+def test_a_probe_sends_the_share_of_step_time_spent_waiting_for_input(tmp_path: Path) -> None:
+    hook = Hook(channel_dir=str(tmp_path), probe_every_steps=10**9, probe_every_seconds=1e9)
+    hook.probe()  # no batch timed yet (fit, or no tf.data): nothing sent, not 0
+    hook.step_started(0.0)
+    hook.step_ended(0.5)
+    hook.input_wait_seconds += 0.3  # as custom_loop's iterator patch adds them
+    hook.input_batches += 1
+    hook.step_started(1.0)
+    hook.step_ended(1.2)
+    hook.input_wait_seconds += 0.1
+    hook.input_batches += 1
+    hook.step_started(2.0)
+    hook.probe()  # 0.4 s of the two closed 1-s periods
+    hook.probe()  # nothing fetched since: nothing sent
+    path = channel_path(tmp_path, os.getpid(), psutil.Process().create_time())
+    source = HookSource(path)
+    samples = source.sample(10.0)
+    source.close()
+    assert [s.value for s in samples if s.series == "input_wait_share"] == [0.2]
