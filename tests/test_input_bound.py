@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -70,6 +71,27 @@ def test_a_wait_under_a_millisecond_per_step_is_the_iterators_own_cost() -> None
     assert evaluation.score < 1
     (finding,) = judged([0.49] * 5, 0.0021).findings  # the same share of 2.1-ms steps
     assert finding.severity is Severity.WARNING
+
+
+def test_a_floor_judged_on_the_typical_batch_not_on_a_loaded_machines_tail() -> None:
+    # healthy_loop on the machine at a load of about 17: 29 % of its 4.3-ms steps in the
+    # iterator's next, 1.24 ms a step on average, from a few descheduled waits; the typical
+    # batch waited 0.2-0.3 ms (the iterator's own dispatch): nothing to fix in the pipeline.
+    def with_batch_waits(batch_wait: float) -> Evaluation:
+        detector = InputBoundDetector()
+        t = T0
+        for _ in range(5):
+            for _ in range(100):
+                t += 0.0043
+                detector.observe(Sample("step_seconds", 0.0043, t))
+            detector.observe(Sample("input_wait_share", 0.29, t))
+            detector.observe(Sample("input_wait_batch_seconds", batch_wait, t))
+        return detector.evaluate(t)
+
+    assert with_batch_waits(0.00025).findings == ()
+    (finding,) = with_batch_waits(0.0012).findings  # every batch waits: input-bound
+    assert finding.severity is Severity.WARNING
+    assert finding.evidence["batch_wait_seconds"] == pytest.approx(0.0012)
 
 
 def test_a_share_outside_zero_to_one_is_ignored() -> None:
@@ -157,6 +179,7 @@ def test_a_custom_loop_waiting_on_a_slow_map_is_reported_input_bound(tmp_path: P
     assert finding["evidence"]["share"] > 0.3
     assert finding["evidence"]["wait_seconds"] > 0.005
     assert f"{finding['evidence']['share']:.0%} of each step" in finding["message"]
+    assert re.search(r"waiting for input: \d+% of each step", stdout)  # the live line
 
 
 @pytest.mark.tf

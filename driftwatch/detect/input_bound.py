@@ -21,7 +21,8 @@ MODERATE_SHARE = 0.05
 INPUT_BOUND_SHARE = 0.20
 """Share of step time waiting for input from which a run is input-bound: a warning (0-1)."""
 MIN_WAIT_SECONDS = 0.001
-"""Wait per step below which nothing is reported (seconds): an iterator's own dispatch."""
+"""The typical batch's wait (median) below which nothing is reported (seconds): an
+iterator's own dispatch, however long a few waits on a loaded machine."""
 READINGS = 5
 """Newest readings of the share (one per hook probe) whose median is judged."""
 MIN_READINGS = 3
@@ -32,14 +33,16 @@ STEP_WINDOW = 64
 
 class InputBoundDetector:
     """The median of the newest ``READINGS`` input-wait shares against the TF Profiler's
-    bands: under 5 % fine, 5-20 % moderate (info), over 20 % input-bound (warning). A wait
-    under ``MIN_WAIT_SECONDS`` per step is never reported: the score is scaled below 1."""
+    bands: under 5 % fine, 5-20 % moderate (info), over 20 % input-bound (warning). When the
+    typical batch (the median of the hook's per-probe medians) waits under
+    ``MIN_WAIT_SECONDS``, nothing is reported: the score is scaled below 1."""
 
     name = "input_bound"
-    series = frozenset({"input_wait_share", "step_seconds"})
+    series = frozenset({"input_wait_share", "input_wait_batch_seconds", "step_seconds"})
 
     def __init__(self) -> None:
         self._shares: deque[float] = deque(maxlen=READINGS)
+        self._batch_waits: deque[float] = deque(maxlen=READINGS)  # median wait per batch
         self._steps: deque[float] = deque(maxlen=STEP_WINDOW)
         self._since = math.nan  # when the median first reached the moderate band
         self._since_bound = math.nan  # when it first reached the input-bound band
@@ -49,6 +52,10 @@ class InputBoundDetector:
             return
         if sample.series == "step_seconds":
             self._steps.append(sample.value)
+            return
+        if sample.series == "input_wait_batch_seconds":
+            if sample.value >= 0:
+                self._batch_waits.append(sample.value)
             return
         if not 0 <= sample.value <= 1:  # no share: a malformed recording
             return
@@ -72,9 +79,11 @@ class InputBoundDetector:
         share = statistics.median(self._shares)
         step = statistics.median(self._steps)
         wait = share * step
+        # The typical batch's wait where the hook sends it, else the mean per step.
+        typical = statistics.median(self._batch_waits) if self._batch_waits else wait
         score = share / MODERATE_SHARE
-        if wait < MIN_WAIT_SECONDS:  # under the floor: never 1, whatever the share
-            score = min(score, 1.0) * wait / MIN_WAIT_SECONDS
+        if typical < MIN_WAIT_SECONDS:  # under the floor: never 1, whatever the share
+            score = min(score, 1.0) * typical / MIN_WAIT_SECONDS
         if score < 1:
             return Evaluation(score)
         bound = share >= INPUT_BOUND_SHARE
@@ -91,4 +100,6 @@ class InputBoundDetector:
             "host syncs in the loop (.numpy() or float(loss) every step)."
         )
         evidence = {"share": share, "step_seconds": step, "wait_seconds": wait}
+        if self._batch_waits:
+            evidence["batch_wait_seconds"] = typical
         return Evaluation(score, (Finding("input_bound", severity, since, message, evidence),))
