@@ -21,7 +21,11 @@ Macro benchmark
       logs to Python floats every batch, as it does in every configuration);
     * ``none-again``: no callback either, on a second identical model: the A/A control.
       Its ratio to ``none`` should be 1.000; its spread is this run's resolution;
-    * ``driftwatch``: ``driftwatch.keras.DriftwatchCallback()`` with its default settings;
+    * ``driftwatch``: ``driftwatch.keras.DriftwatchCallback()`` with its default settings,
+      its capture requests not polled (the hook as it was before evidence capture);
+    * ``driftwatch+capture``: the same with capture armed, as every hooked job now runs:
+      a capture request file beside the channel, which the hook ``stat``s at every probe,
+      asking for nothing new (never triggered);
     * ``tensorboard``: ``keras.callbacks.TensorBoard(logdir, update_freq="batch")``;
     * ``naive-psutil``: a callback that, every batch, reads the process's memory, CPU times
       and I/O counters with psutil (and NVML memory, where a driver is present).
@@ -81,6 +85,15 @@ In situ
     call). This is what the micro benchmark cannot show: a tight loop keeps the hook's
     code and data hot.
 
+Capture
+    What evidence capture costs when it is triggered, in two more ``fit`` calls of the
+    ``driftwatch+capture`` configuration with every batch's end time recorded: a py-spy
+    dump of this process (``driftwatch.capture.stack.dump_stacks``, from a thread, halfway
+    through the fit: its wall time, and the steps it overlapped against the median step),
+    and a TensorFlow Profiler trace of ``TRACE_STEPS`` steps requested through the request
+    file as the monitor does (the hook's start and stop calls' wall time, the traced steps
+    against the median step, the trace's size). py-spy runs on the same pinned CPU.
+
 Goals: ``DriftwatchCallback`` at most 1.02x the ``none`` time and ``loop: driftwatch`` at
 most 1.02x the ``loop: none`` time (judged on the median of per-round ratios of wall-clock
 time; the CPU-time ratio is printed beside it), and the hook's per-step path at most 5 µs
@@ -96,6 +109,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import itertools
 import math
 import os
 import platform
@@ -387,6 +401,7 @@ def run_macro(settings: Settings, workdir: Path) -> MacroRun:
         "none": list,
         "none-again": list,
         "driftwatch": lambda: [DriftwatchCallback()],
+        ARMED: lambda: [armed_callback()],
         "tensorboard": lambda: [
             keras.callbacks.TensorBoard(str(workdir / "tensorboard"), update_freq="batch")
         ],
@@ -395,6 +410,7 @@ def run_macro(settings: Settings, workdir: Path) -> MacroRun:
     fit_names = list(factories)
     models = {name: build_model(settings.width) for name in [*fit_names, *LOOP_NAMES]}
     callbacks = {name: factory() for name, factory in factories.items()}
+    callbacks["driftwatch"][0].hook._traces = None  # not polling: the hook before capture
     loops = {name: CustomLoop(models[name], x, y, settings.batch_size) for name in LOOP_NAMES}
     loop_hooks = LoopHooks()
     names = [*fit_names, *LOOP_NAMES]
@@ -449,7 +465,114 @@ def run_macro(settings: Settings, workdir: Path) -> MacroRun:
     in_situ[LOOP_IN_SITU_ROW] = measure_loop_in_situ(
         lambda: fit(LOOP_NAMES[1]), settings.in_situ_fits
     )
+    print("capture: a py-spy dump and a profiler trace, each during one fit", flush=True)
+    notes += measure_capture(lambda: fit(ARMED), callbacks[ARMED], steps)
     return MacroRun(list(results.values()), in_situ, notes)
+
+
+ARMED = "driftwatch+capture"
+"""The configuration with capture armed (a request file polled at probes), never triggered."""
+
+
+def armed_callback() -> Any:
+    """A ``DriftwatchCallback`` with a hook of its own (the shared one is left unpolled for
+    the ``driftwatch`` row) and a request file beside the channel that asks for nothing."""
+    from driftwatch.channel.paths import request_path
+    from driftwatch.hook.core import Hook
+    from driftwatch.keras import DriftwatchCallback
+
+    callback = DriftwatchCallback()
+    callback.hook = Hook(run="bench-capture")
+    path = callback.hook._writer.path
+    assert path is not None, "no channel: set DRIFTWATCH_RUNTIME_DIR to a usable directory"
+    request_path(path).write_text('{"id": 0, "steps": 1, "label": "none"}')  # id 0: invalid
+    return callback
+
+
+def measure_capture(run: Callable[[], object], fit_callbacks: list[Any], steps: int) -> list[str]:
+    """Time a py-spy dump and a profiler trace, each during one ``fit`` of the configuration
+    whose callbacks are ``fit_callbacks``; notes to print."""
+    import threading
+
+    import keras
+
+    from driftwatch.capture.capturer import TRACE_STEPS
+    from driftwatch.capture.stack import dump_stacks
+    from driftwatch.channel.paths import traces_dir
+    from driftwatch.channel.requests import TraceRequest, write_request
+
+    ends: list[float] = []
+
+    class StepClock(keras.callbacks.Callback):  # type: ignore[misc]
+        def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+            ends.append(time.perf_counter())
+
+    hook = fit_callbacks[0].hook
+    fit_callbacks.append(StepClock())  # removed again at the end
+    window: list[float] = []
+
+    def dump_halfway() -> None:
+        while len(ends) < steps // 2:
+            time.sleep(0.001)
+        start = time.perf_counter()
+        text = dump_stacks(os.getpid())
+        window.extend([start, time.perf_counter(), float(len(text))])
+
+    def step_times(start: float, end: float) -> tuple[list[float], float]:
+        """Durations of the steps that overlap ``[start, end]``, and the median step."""
+        durations = [(b - a, a, b) for a, b in itertools.pairwise(ends)]
+        median = statistics.median(d for d, _, _ in durations)
+        return [d for d, a, b in durations if b >= start and a <= end], median
+
+    notes: list[str] = []
+    thread = threading.Thread(target=dump_halfway)
+    thread.start()
+    run()
+    thread.join()
+    if len(window) == 3:
+        overlapped, median = step_times(window[0], window[1])
+        notes.append(
+            f"capture: a py-spy dump of this process took {(window[1] - window[0]) * 1e3:.0f} ms "
+            f"({window[2] / 1024:.1f} KiB); the {len(overlapped)} steps it overlapped took "
+            f"{max(overlapped, default=math.nan) * 1e3:.1f} ms at most against a median step of "
+            f"{median * 1e3:.2f} ms"
+        )
+    ends.clear()
+    traces = hook._traces
+    timings: dict[str, float] = {}
+    for name in ("_start", "_stop"):
+        original = getattr(traces, name)
+
+        def timed(*args: Any, _original: Any = original, _name: str = name) -> Any:
+            began = time.perf_counter()
+            try:
+                return _original(*args)
+            finally:
+                timings[_name] = began
+                timings[_name + " seconds"] = time.perf_counter() - began
+
+        setattr(traces, name, timed)
+    path = hook._writer.path
+    assert path is not None
+    write_request(path, TraceRequest(1, TRACE_STEPS, "bench"))
+    run()
+    fit_callbacks.pop()
+    for name in ("_start", "_stop"):
+        delattr(traces, name)
+    if "_start" in timings and "_stop" in timings:
+        traced, median = step_times(timings["_start"], timings["_stop"])
+        size = sum(f.stat().st_size for f in (traces_dir(path) / "1").rglob("*.xplane.pb"))
+        started, stopped = timings["_start seconds"] * 1e3, timings["_stop seconds"] * 1e3
+        notes.append(
+            f"capture: a profiler trace of {TRACE_STEPS} steps: start {started:.1f} ms, "
+            f"stop (writes the trace, {size / 1024:.0f} KiB) {stopped:.1f} ms; "
+            f"the {len(traced)} steps from start to stop took "
+            f"{statistics.median(traced) * 1e3:.2f} ms median, {max(traced) * 1e3:.1f} ms at most, "
+            f"against a median step of {median * 1e3:.2f} ms"
+        )
+    else:
+        notes.append(f"capture: the profiler trace was not taken ({sorted(timings)})")
+    return notes
 
 
 LOOP_IN_SITU_ROW = "custom loop: recognised step (TrainStepRecognizer.called)"
@@ -927,7 +1050,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(line)
         steps = settings.steps_per_epoch * settings.epochs
         print(
-            f"macro: {settings.rounds} rounds x {5 + len(LOOP_NAMES)} configurations, "
+            f"macro: {settings.rounds} rounds x {6 + len(LOOP_NAMES)} configurations, "
             f"{steps} steps per fit "
             f"({settings.epochs} epochs x {settings.steps_per_epoch}), batch "
             f"{settings.batch_size}, Dense {settings.width}-{settings.width}-1 on "
@@ -948,6 +1071,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     loops = [result for result in macro.results if result.name in LOOP_NAMES]
     wall_lines, (wall_ratio, wall_low, wall_high) = macro_table(fits, settings, "wall")
     cpu_lines, (cpu_ratio, _, _) = macro_table(fits, settings, "cpu")
+    _, (armed_wall, armed_low, armed_high) = macro_table(fits, settings, "wall", ARMED)
+    _, (armed_cpu, _, _) = macro_table(fits, settings, "cpu", ARMED)
     loop_wall_lines, loop_wall = macro_table(loops, settings, "wall", LOOP_NAMES[1])
     loop_cpu_lines, loop_cpu = macro_table(loops, settings, "cpu", LOOP_NAMES[1])
     in_situ_lines = in_situ_table(macro.in_situ)
@@ -986,6 +1111,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"(wall-clock median per-round ratio {wall_ratio:.3f}x, 95% CI "
         f"{wall_low:.3f}-{wall_high:.3f}): {verdict(fit_ok)}"
         f"  [on CPU time: {cpu_ratio:.3f}x, {verdict(cpu_ratio <= FIT_RATIO_GOAL)}]"
+    )
+    print(
+        f"goal: DriftwatchCallback with capture armed <= {FIT_RATIO_GOAL:.2f}x no callback "
+        f"(wall-clock median per-round ratio {armed_wall:.3f}x, 95% CI "
+        f"{armed_low:.3f}-{armed_high:.3f}): {verdict(armed_wall <= FIT_RATIO_GOAL)}"
+        f"  [on CPU time: {armed_cpu:.3f}x, {verdict(armed_cpu <= FIT_RATIO_GOAL)}]"
     )
     print(
         f"goal: custom loop, step recognised <= {FIT_RATIO_GOAL:.2f}x no driftwatch "

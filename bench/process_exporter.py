@@ -19,6 +19,13 @@ command line, finds exactly these 8, and both exporters are given it:
 - ``driftwatch daemon --match REGEX --interval I`` (the default configuration otherwise, its
   history in a fresh database, findings to a file), a process of its own; the hooked four
   are found by their channels (``$DRIFTWATCH_RUNTIME_DIR``), the others by the pattern.
+  The daemon looks for channels in every user's default runtime directory too
+  (``/tmp/driftwatch-UID``), where other hooked jobs of this machine keep theirs (tests of
+  other sessions): so that it sees the bench's alone, it runs in a mount namespace of its
+  own with an empty ``/tmp`` and ``/run/user`` (``unshare``, as root; the run's files,
+  channels included, are then in ``/var/tmp``). It then sees the targets as in another
+  mount namespace, as a container's (their open files under ``/proc/PID/root``): the same
+  reads. Where that cannot be done, it shares ``/tmp`` and the run may give no verdict.
 - ``prometheus-process-exporter -config.path FILE`` with one name matcher, ``cmdline: [REGEX]``
   and ``name: "{{.Matches.target}}"``, so each target is a group of its own (one process
   each, as driftwatch's runs are), its other options Debian's defaults (``-threads``,
@@ -89,6 +96,16 @@ AFTER_YOUTH = 5.0
 """Seconds between the youngest target's 5th minute and the settled phase's start."""
 TARGET_LABELS = {"driftwatch": "run", "process-exporter": "groupname"}
 """The label naming a target in each exposition."""
+PRIVATE_TMP = (
+    *("unshare", "--mount", "--propagation", "private", "--", "sh", "-c"),
+    "mount -t tmpfs tmpfs /tmp && { [ ! -d /run/user ] || mount -t tmpfs tmpfs /run/user; } "
+    '&& exec "$@"',
+    "sh",
+)
+"""Runs the command after it with empty ``/tmp`` and ``/run/user`` of its own (a mount
+namespace: root only), the same process (``exec``)."""
+WORKDIR_PARENT = "/var/tmp"
+"""Where the run's files go when the daemon has a ``/tmp`` of its own: outside ``/tmp``."""
 
 
 def cpu_seconds(pid: int, thread: int | None = None) -> float:
@@ -317,8 +334,18 @@ def foreign_runs(log: Path, pids: set[int]) -> list[str]:
     ]
 
 
-def start(workdir: Path, pattern: str, interval: float) -> list[Exporter]:
-    """Both exporters, started together; driftwatch's first."""
+def private_tmp() -> bool:
+    """Whether this process may start one with a ``/tmp`` of its own (``PRIVATE_TMP``)."""
+    try:
+        probe = subprocess.run([*PRIVATE_TMP, "true"], capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return probe.returncode == 0
+
+
+def start(workdir: Path, pattern: str, interval: float, isolated: bool) -> list[Exporter]:
+    """Both exporters, started together; driftwatch's first (``isolated``: with a ``/tmp``
+    of its own)."""
     dw_port, pe_port = free_port(), free_port()
     config = workdir / "process-exporter.yml"
     # The pattern goes in a YAML single-quoted string: only "'" would need doubling.
@@ -327,6 +354,7 @@ def start(workdir: Path, pattern: str, interval: float) -> list[Exporter]:
     )
     daemon = subprocess.Popen(
         [
+            *(PRIVATE_TMP if isolated else ()),
             *(sys.executable, "-m", "driftwatch", "daemon", "--match", pattern),
             *("--interval", f"{interval:g}", "--listen", f"127.0.0.1:{dw_port}"),
             *("--db", str(workdir / "history.db"), "--findings", str(workdir / "findings.jsonl")),
@@ -356,7 +384,7 @@ def stop(exporters: list[Exporter]) -> None:
             exporter.process.wait()
 
 
-def compare(workdir: Path, interval: float, settled_seconds: float) -> bool | None:
+def compare(workdir: Path, interval: float, settled_seconds: float, isolated: bool) -> bool | None:
     """The whole run; whether driftwatch was cheaper per target once settled (None: the run
     could not be made)."""
     tag = f"{uuid.uuid4().int % 10**6:06d}"
@@ -370,7 +398,7 @@ def compare(workdir: Path, interval: float, settled_seconds: float) -> bool | No
         if not wait_until(lambda: len(list_channels(channels)) == HOOKED, READY_TIMEOUT):
             print(f"the {HOOKED} hooked targets made no channel in {channels}")
             return None
-        exporters = start(workdir, pattern, interval)
+        exporters = start(workdir, pattern, interval, isolated)
         scraper = Scraper(exporters, interval)
         try:
             scraper.start()
@@ -451,10 +479,17 @@ def main() -> int:
         f"{platform.python_version()}; {os.cpu_count()} CPUs; load average "
         f"{os.getloadavg()[0]:.1f}; {(version.stdout or version.stderr).strip().splitlines()[0]}"
     )
-    with tempfile.TemporaryDirectory(prefix="driftwatch-vs-pe-") as tmp:
+    isolated = private_tmp()
+    print(
+        "the daemon has a /tmp and /run/user of its own: it sees the bench's channels alone"
+        if isolated
+        else "the daemon shares /tmp (no mount namespace here): it may watch other hooked jobs"
+    )
+    parent = WORKDIR_PARENT if isolated else None
+    with tempfile.TemporaryDirectory(prefix="driftwatch-vs-pe-", dir=parent) as tmp:
         # Targets and daemon alike: a target found by the pattern has its channel here too.
         os.environ[RUNTIME_DIR_ENV] = str(Path(tmp) / "channels")
-        cheaper = compare(Path(tmp), args.interval, args.settled_seconds)
+        cheaper = compare(Path(tmp), args.interval, args.settled_seconds, isolated)
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
     if cheaper is None:
         return 2

@@ -34,7 +34,9 @@ from driftwatch.detect import Engine
 from driftwatch.detect.catalog import default_engine
 from driftwatch.errors import DriftwatchError
 from driftwatch.findings import KINDS, Finding
+from driftwatch.goodput import PHASES, Breakdown, GoodputAccount
 from driftwatch.series import SERIES, Sample
+from driftwatch.sources.eventfiles import is_event_file
 from driftwatch.sources.replay import replay_logdir
 from driftwatch.units import human_seconds, local_time
 
@@ -102,7 +104,7 @@ def read_samples(path: Path) -> Iterator[Sample]:
     pending: list[Sample] = []  # read, not yet handed on; in time order between batches
     first = 1
     with lines:
-        while batch := list(itertools.islice(lines, BATCH_LINES)):
+        while batch := _next_lines(path, lines):
             disordered = False
             for number, record in _parse(path, batch, first):
                 try:
@@ -144,6 +146,18 @@ def read_samples(path: Path) -> Iterator[Sample]:
     yield from pending
 
 
+def _next_lines(path: Path, lines: Iterator[str]) -> list[str]:
+    """The next batch of a samples file's lines; a binary file (an event file given instead of
+    its logdir, say) is refused with a message, not a decoding error."""
+    try:
+        return list(itertools.islice(lines, BATCH_LINES))
+    except UnicodeDecodeError as err:
+        raise RecordingError(
+            f"{path}: not a samples file (binary data); give a TensorBoard logdir, an event "
+            "file or a samples file"
+        ) from err
+
+
 def _silence_ticks(first: float, until: float, every: float) -> Iterator[float]:
     """The times in ``[first, until]`` at which the detectors are asked, of those on the
     ``every`` grid from ``first``: ``first`` and then ever sparser (offsets of 1, 3, 7, 15,
@@ -169,6 +183,8 @@ class _Part:
     samples: int = 0  # and their number
     first_reported: dict[str, float] = field(default_factory=dict)
     latest: dict[str, Finding] = field(default_factory=dict)
+    account: GoodputAccount = field(default_factory=GoodputAccount)
+    goodput: Breakdown | None = None  # where its wall time went, once it has ended
 
     def evaluate(self, now: float, final: bool = False) -> None:
         for finding in self.engine.evaluate(now, final=final):
@@ -179,6 +195,7 @@ class _Part:
         """Judge the part as a run that ended at ``end``, its last sample's time."""
         self.end, self.samples = end, next_index - self.first
         self.evaluate(end, final=True)
+        self.goodput = self.account.breakdown(end, final=True)
         return self
 
     def findings(self) -> list[tuple[float, Finding]]:
@@ -227,6 +244,14 @@ def _resumed(observe: Callable[[Sample], None], start: float) -> Callable[[Sampl
     return observe_resumed
 
 
+@dataclass(frozen=True, slots=True)
+class Analysis:
+    """What ``analyze`` found: the findings, and where the wall time went (None: no steps)."""
+
+    findings: list[Finding]
+    goodput: Breakdown | None
+
+
 def detect(
     samples: Iterable[Sample],
     every: float = EVALUATE_EVERY_SECONDS,
@@ -236,9 +261,28 @@ def detect(
     ``every`` seconds of their time (``_silence_ticks`` in a silence), each part between
     gaps with an engine of its own, judged as ended at its last record; each part's latest
     finding of each kind and the gaps, in the order they were first reported."""
+    return detect_run(samples, every, new_engine).findings
+
+
+def _goodput(parts: list[_Part]) -> Breakdown | None:
+    """The parts' goodput together (the gaps between them left out)."""
+    found = [part.goodput for part in parts if part.goodput is not None]
+    if not found:
+        return None
+    return Breakdown({phase: sum(b.seconds[phase] for b in found) for phase in PHASES})
+
+
+def detect_run(
+    samples: Iterable[Sample],
+    every: float = EVALUATE_EVERY_SECONDS,
+    new_engine: Callable[[], Engine] = default_engine,
+) -> Analysis:
+    """``detect``'s findings, and the goodput of the parts, each counted from its first
+    record to its last."""
     parts: list[_Part] = []
     part = _Part(new_engine())
     observe: Callable[[Sample], None] = part.engine.observe  # looked up once: a hot loop
+    count, counted = part.account.observe, part.account.series  # and goodput's
     next_evaluation = -math.inf
     last = math.nan  # the time of the sample before
     index = 0
@@ -247,20 +291,25 @@ def detect(
         if t >= next_evaluation:
             if t - last > GAP_SECONDS:  # False for the first sample: NaN compares false
                 parts.append(part.conclude(last, index))
-                part = _Part(new_engine(), start=t, first=index)
+                part = _Part(new_engine(), start=t, first=index, account=GoodputAccount(t))
                 observe = _resumed(part.engine.observe, t)
+                count = part.account.observe
                 next_evaluation = t + every
             elif math.isnan(part.start):  # the first sample
                 part.start = t
+                part.account = GoodputAccount(t)
+                count = part.account.observe
                 next_evaluation = t + every
             else:
                 for tick in _silence_ticks(next_evaluation, t, every):
                     part.evaluate(tick)
                 next_evaluation += (math.floor((t - next_evaluation) / every) + 1) * every
         observe(sample)
+        if sample.series in counted:
+            count(sample)
         last = t
     if math.isnan(part.start):
-        return []
+        return Analysis([], None)
     parts.append(part.conclude(last, index + 1))
     reported = [pair for p in parts for pair in p.findings()]
     reported += [
@@ -268,7 +317,7 @@ def detect(
         for before, after in itertools.pairwise(parts)
     ]
     reported.sort(key=operator.itemgetter(0))
-    return [finding for _, finding in reported]
+    return Analysis([finding for _, finding in reported], _goodput(parts))
 
 
 class ReadProgress:
@@ -310,8 +359,13 @@ class ReadProgress:
 
 
 def analyze(path: Path, new_engine: Callable[[], Engine] = default_engine) -> list[Finding]:
-    """Findings for a TensorBoard logdir or a samples file (see ``detect``)."""
-    if path.is_dir():
+    """Findings for a TensorBoard logdir, one event file or a samples file (see ``detect``)."""
+    return analyze_run(path, new_engine).findings
+
+
+def analyze_run(path: Path, new_engine: Callable[[], Engine] = default_engine) -> Analysis:
+    """Findings and goodput for a TensorBoard logdir, one event file or a samples file."""
+    if path.is_dir() or (is_event_file(path.name) and path.is_file()):
         progress = ReadProgress()
         try:
             samples = list(replay_logdir(path, progress=progress))
@@ -320,7 +374,7 @@ def analyze(path: Path, new_engine: Callable[[], Engine] = default_engine) -> li
         if not samples:
             raise RecordingError(f"{path}: no TensorBoard event files with data in it")
         samples.sort(key=_TIME)
-        return detect(samples, new_engine=new_engine)
+        return detect_run(samples, new_engine=new_engine)
     if not path.exists():
         raise RecordingError(f"{path}: no such file or directory")
-    return detect(read_samples(path), new_engine=new_engine)
+    return detect_run(read_samples(path), new_engine=new_engine)

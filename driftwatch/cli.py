@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from driftwatch import __version__, bundle
-from driftwatch.analyze import analyze as analyze_path
+from driftwatch.analyze import analyze_run
 from driftwatch.daemon.agent import Daemon
 from driftwatch.daemon.config import load_config
 from driftwatch.demo import DEFAULT_EXAMPLE, examples, find_example, run_demo
@@ -180,23 +180,27 @@ def daemon(
 
 @app.command()
 def analyze(
-    path: Annotated[Path, typer.Argument(help="A TensorBoard logdir or a samples file.")],
+    path: Annotated[
+        Path, typer.Argument(help="A TensorBoard logdir, one event file, or a samples file.")
+    ],
     json_lines: Annotated[
         bool, typer.Option("--json", help="Print findings as JSON lines, as --findings writes.")
     ] = False,
     run: Annotated[str, typer.Option(help="Run name in the JSON output.")] = "",
 ) -> None:
     """Run the detectors offline on a finished or running run's logs."""
-    found = analyze_path(path)
+    analysis = analyze_run(path)
     name = run or path.name
     if json_lines:
-        for finding in found:
+        for finding in analysis.findings:
             print(finding.to_json(name))
         return
-    if not found:
+    if not analysis.findings:
         print(f"{name}: no findings")
-    for finding in found:
+    for finding in analysis.findings:
         print(f"[{finding.severity.value}] {finding.kind}: {finding.message}")
+    if analysis.goodput is not None:
+        print(f"goodput: {analysis.goodput.describe()}")
 
 
 @app.command()

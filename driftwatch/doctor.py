@@ -11,8 +11,9 @@ from dataclasses import dataclass
 
 import psutil
 
+from driftwatch.capture.stack import INSTALL_HINT, find_py_spy
 from driftwatch.export.http import DEFAULT_HOST, DEFAULT_PORT
-from driftwatch.sources import eventfiles, nvml
+from driftwatch.sources import eventfiles, host, nvml
 
 CAP_SYS_PTRACE = 19
 
@@ -57,6 +58,14 @@ def check_package(name: str, purpose: str, extra: str) -> Check:
     return Check(name, True, f"{importlib.metadata.version(name)}: {purpose}")
 
 
+def check_py_spy() -> Check:
+    """Whether stack dumps at drift can be taken (docs/capture.md)."""
+    found = find_py_spy()
+    if found is None:
+        return Check("py-spy", False, f"not installed ({INSTALL_HINT}): stack dumps at drift")
+    return Check("py-spy", True, f"{found}: stack dumps at drift (needs what attach needs)")
+
+
 def check_port(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> Check:
     with socket.socket() as probe:
         try:
@@ -69,11 +78,13 @@ def check_port(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> Check:
 def run_checks() -> list[Check]:
     nvml_ok, nvml_detail = nvml.describe()
     events_ok, events_detail = eventfiles.describe()
+    host_ok, host_detail = host.describe()
     promtool = shutil.which("promtool")
     return [
         check_process_access(),
         Check("nvml", nvml_ok, nvml_detail),
         Check("eventfiles", events_ok, events_detail),
+        Check("host", host_ok, host_detail),
         check_package("tensorflow", "the in-process hook can run", "tf"),
         check_port(),
         Check(
@@ -81,5 +92,6 @@ def run_checks() -> list[Check]:
             promtool is not None,
             promtool or "not found (apt-get install prometheus): only needed to check rules",
         ),
+        check_py_spy(),
         Check("cpus", True, f"{os.cpu_count()} CPUs, {psutil.virtual_memory().total >> 20} MiB"),
     ]

@@ -55,3 +55,8 @@ class SourceUnavailable(DriftwatchError):
 
 class HistoryError(DriftwatchError):
     """The history database cannot be opened or read (corrupt, unreadable, not found)."""
+
+
+class CaptureUnavailable(DriftwatchError):
+    """Evidence could not be captured (py-spy missing or failing, a trace refused); the
+    monitoring goes on without it."""

@@ -70,6 +70,10 @@ KINDS: dict[str, KindSpec] = {
 }
 """Every kind of finding driftwatch reports: the detectors' and ``analyze``'s own."""
 
+CAPTURE_EVIDENCE = "capture_"
+"""Prefix of the evidence fields that name captured evidence (paths: never news by
+themselves, see ``Finding.diagnosis``)."""
+
 Diagnosis = tuple[Severity, frozenset[tuple[str, str]]]
 """A finding's severity and the evidence that names things, such as a leak's class."""
 
@@ -90,7 +94,11 @@ class Finding:
     def diagnosis(self) -> Diagnosis:
         """What a reader acts on: the severity and the evidence that names things (a leak's
         class); the numbers move at every evaluation, a change here is news."""
-        named = frozenset((k, v) for k, v in self.evidence.items() if isinstance(v, str))
+        named = frozenset(
+            (k, v)
+            for k, v in self.evidence.items()
+            if isinstance(v, str) and not k.startswith(CAPTURE_EVIDENCE)
+        )
         return self.severity, named
 
     def to_json(self, run: str) -> str:

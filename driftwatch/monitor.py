@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from driftwatch.detect import Engine
 from driftwatch.errors import SourceUnavailable, TargetGone, UsageError
 from driftwatch.findings import Diagnosis, Finding, worst_per_kind
+from driftwatch.goodput import GoodputAccount
 from driftwatch.series import SERIES, Export, LabelSetLimit, Sample, SeriesKey
 from driftwatch.snapshot import Sink, Snapshot, SourceStatus
 from driftwatch.sources import Draining, Source
@@ -40,6 +41,9 @@ FAST_INTERVAL = 0.5
 """Seconds between samples while a target is young or one of its signals moves fast."""
 YOUNG_SECONDS = 300.0
 """A target is young for this many seconds after its process started."""
+EVALUATION_SLACK = FAST_INTERVAL / 2
+"""Seconds by which an evaluation may come before ``evaluate_every`` has passed (ticks an
+interval apart are not exactly that apart on the sample clock)."""
 FAST_HOLD_SECONDS = 60.0
 """Sampling stays fast this many seconds after a signal last moved fast."""
 FAST_EVENT_FILE_RATE = (1 << 30) / 3600
@@ -53,6 +57,10 @@ FAST_FILE_SERIES = "event_file_bytes"
 """The event-file series watched for fast growth (all of a run's files, in bytes)."""
 FAST_MEMORY_HORIZON = 3600.0
 """Seconds within which memory, at its latest rate, would reach its limit: moving fast."""
+
+
+Annotate = Callable[[float, list[Finding], Store], list[Finding]]
+"""Sees a tick's findings before they are announced: ``(now, findings, store)`` to findings."""
 
 
 def check_interval(interval: float, what: str = "--interval") -> float:
@@ -78,9 +86,15 @@ class Monitor:
         on_finding: Callable[[Finding], None] = lambda finding: None,
         recorder: Sink | None = None,
         sinks: Sequence[Sink] = (),
+        evaluate_every: float = 0.0,
+        annotate: Annotate | None = None,
     ) -> None:
         """``sinks`` receive each snapshot, then the last one with why monitoring ended;
-        ``recorder`` (the history's) goes first, before them."""
+        ``recorder`` (the history's) goes first, before them. ``evaluate_every``: seconds
+        (sample time) between evaluations of the detectors at most, unless a signal moves
+        fast (then every tick); ticks in between publish the last evaluation's findings.
+        ``annotate`` sees each tick's findings first and may add evidence to them (the
+        captures'; ``driftwatch.capture``)."""
         self.run = run
         self.target = target
         self.store = store if store is not None else Store()
@@ -91,14 +105,24 @@ class Monitor:
         self._clock = clock
         self._on_finding = on_finding
         self._sinks = ([] if recorder is None else [recorder]) + list(sinks)
+        self._annotate = annotate
         self.reported: dict[str, Finding] = {}
         """Each kind's latest (worst) finding in this run, in the order the kinds were first
         reported; kept after it stops holding."""
         self._announced: dict[str, set[Diagnosis]] = {}
         self._ticks = 0
+        self.evaluate_every = evaluate_every
+        self._evaluated_at = -math.inf
         self.moving = FastSignals()
         """When a signal last moved fast, for the sampling ``Cadence``."""
         self.snapshot = Snapshot(run, target, clock(), 0, store=self.store)
+        # A young process is watched from its start (its history is in the channel and
+        # event files); an older one from now.
+        started = self.snapshot.t
+        if started - target.create_time < YOUNG_SECONDS:
+            started = min(started, target.create_time)
+        self.goodput = GoodputAccount(started)
+        """Where the run's wall time went: stored as ``wall_seconds`` after each tick."""
 
     def tick(self) -> Snapshot:
         """Sample every source and evaluate the detectors.
@@ -116,7 +140,13 @@ class Monitor:
             except TargetGone:
                 self._conclude(gone_from=source)
                 raise
-        self._publish(now, self._engine.evaluate(now))
+        due = self._evaluated_at + self.evaluate_every - EVALUATION_SLACK
+        if now >= due or self.moving.fast_at(now):
+            self._evaluated_at = now
+            findings = self._engine.evaluate(now)
+        else:
+            findings = list(self.snapshot.findings)
+        self._publish(now, findings)
         return self.snapshot
 
     def _read(self, source: Source, read: Callable[[float], list[Sample]], now: float) -> None:
@@ -134,8 +164,11 @@ class Monitor:
             samples = self._label_sets.admit(samples)
             self.store.extend(samples)
             self.moving.observe(samples)
+            wanted = self.goodput.series
             for sample in samples:
                 self._engine.observe(sample)
+                if sample.series in wanted:
+                    self.goodput.observe(sample)
 
     def _conclude(self, gone_from: Source) -> None:
         """The target has exited (``gone_from`` found out): read what every other source
@@ -150,10 +183,13 @@ class Monitor:
                 self._read(source, read, now)
             except TargetGone:
                 continue
-        self._publish(now, self._engine.evaluate(now, final=True))
+        self._publish(now, self._engine.evaluate(now, final=True), final=True)
 
-    def _publish(self, now: float, findings: list[Finding]) -> None:
+    def _publish(self, now: float, findings: list[Finding], final: bool = False) -> None:
         """Announce news among ``findings``, publish the snapshot and hand it to the sinks."""
+        self.store.extend(self.goodput.samples(now, final=final))
+        if self._annotate is not None:
+            findings = self._annotate(now, findings, self.store)
         for kind, finding in worst_per_kind(findings).items():
             self.reported[kind] = finding
             # Announced when first seen, and again when its severity or diagnosis becomes one
@@ -248,6 +284,10 @@ class FastSignals:
         self._previous: dict[SeriesKey, tuple[float, float]] = {}
         self._limits: dict[SeriesKey, float] = {}
 
+    def fast_at(self, now: float) -> bool:
+        """Whether a signal moved fast within ``FAST_HOLD_SECONDS`` before ``now``."""
+        return now < self.last_fast + FAST_HOLD_SECONDS
+
     def observe(self, samples: Sequence[Sample]) -> None:
         limits = FAST_MEMORY_LIMITS.values()
         for sample in samples:
@@ -289,7 +329,7 @@ class Cadence:
         self._young_until = started + YOUNG_SECONDS
 
     def interval(self, now: float, moving: FastSignals) -> float:
-        if now < self._young_until or now < moving.last_fast + FAST_HOLD_SECONDS:
+        if now < self._young_until or moving.fast_at(now):
             return min(FAST_INTERVAL, self.configured)
         return self.configured
 

@@ -25,6 +25,7 @@ from typing import TextIO
 from rich.console import Console
 from rich.live import Live
 
+from driftwatch.capture.capturer import capturer_for
 from driftwatch.channel.paths import process_channel, remove_channel
 from driftwatch.detect.catalog import default_engine
 from driftwatch.errors import TargetGone, UsageError
@@ -145,15 +146,18 @@ class Session:
         self, run: str, target: TargetInfo, sources: Sequence[Source], sinks: Sequence[Sink] = ()
     ) -> Monitor:
         """The monitor of ``run``, reporting to the findings file, recording its history and
-        publishing to ``sinks``."""
+        publishing to ``sinks``; with a history, evidence is captured beside it at drift."""
+        history = self.history
+        capturer = None if history is None else capturer_for(history.path, target, sources)
         return Monitor(
             run,
             target,
             sources,
             default_engine(),
             on_finding=partial(self.findings.write, run),
-            recorder=None if self.history is None else self.history.recorder(run, target),
-            sinks=sinks,
+            recorder=None if history is None else history.recorder(run, target),
+            sinks=sinks if capturer is None else [*sinks, capturer],
+            annotate=None if capturer is None else capturer.annotate,
         )
 
     def close(self, quietly: bool = False) -> None:

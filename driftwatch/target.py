@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import psutil
 
 from driftwatch.errors import TargetAccessDenied, TargetGone, TargetZombie
-from driftwatch.pidns import innermost_pid
+from driftwatch.pidns import innermost_pid, start_ticks
 
 _SECRET_WORD = (
     r"(?:pass(?:word|wd|phrase)?|secret|token|api[_-]?key|access[_-]?key|private[_-]?key"
@@ -72,6 +72,22 @@ def default_run_name(argv: list[str], process_name: str) -> str:
 
 DELETED = " (deleted)"
 """What the kernel appends to the link of an open file that has been unlinked."""
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+"""Units of the times in ``/proc/PID/stat``, per second."""
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+"""Bytes in a memory page (the unit of ``/proc/PID/statm``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProcStat:
+    """What one read of ``/proc/PID/stat`` (and of ``statm``) says about a live target."""
+
+    cpu_seconds: float
+    """User + system CPU time, in seconds."""
+    threads: int
+    rss_bytes: int
+    """Resident set size, from ``statm`` as psutil's ``memory_info().rss`` (``stat``'s own
+    field may leave out anonymous pages not yet summed from per-CPU counters)."""
 
 
 def exited(pid: int) -> TargetGone:
@@ -114,9 +130,14 @@ class Target:
     monitoring starts instead of as a silent gap later.
     """
 
-    def __init__(self, process: psutil.Process, info: TargetInfo) -> None:
+    def __init__(self, process: psutil.Process, info: TargetInfo, start_ticks: int) -> None:
+        """``start_ticks``: when the process started, in clock ticks after boot (the
+        ``starttime`` of ``/proc/PID/stat``, from which psutil derives ``create_time``)."""
         self.process = process
         self.info = info
+        self._start_ticks = start_ticks
+        self._stat_path = f"/proc/{info.pid}/stat"
+        self._statm_path = f"/proc/{info.pid}/statm"
 
     @property
     def pid(self) -> int:
@@ -167,18 +188,54 @@ class Target:
         # process without privileges, where failing now with the hint beats empty graphs.
         with translate_psutil(pid, "the I/O counters (/proc/PID/io)"):
             process.io_counters()
+        # Read after psutil's create_time; the PID then still naming the process psutil read
+        # means it named it in between too.
+        try:
+            ticks = start_ticks(pid)
+        except OSError as err:
+            raise exited(pid) from err
+        with translate_psutil(pid, "the process status"):
+            if not process.is_running():
+                raise exited(pid)
         info = TargetInfo(pid, create_time, name, tuple(redact_command(argv)), username, uid)
-        target = cls(process, info)
+        target = cls(process, info, ticks)
         target.open_paths()
         return target
 
     def check_alive(self) -> None:
         """Raise ``TargetGone`` if the process exited, became a zombie, or its PID was reused."""
-        with translate_psutil(self.pid, "the process status"):
-            if not self.process.is_running():
-                raise exited(self.pid)
-            if self.process.status() == psutil.STATUS_ZOMBIE:
-                raise TargetZombie(self.pid, f"process {self.pid} has exited")
+        self.read_stat()
+
+    def read_stat(self) -> ProcStat:
+        """The process's CPU time, threads and resident memory, from one read each of
+        ``/proc/PID/stat`` and ``statm``; the first says whether it is still alive
+        (``TargetGone`` if it exited or its PID now belongs to a process with another start
+        time, ``TargetZombie`` if its parent has not reaped it yet)."""
+        try:
+            with open(self._stat_path, "rb") as file:
+                stat = file.read()
+        except (FileNotFoundError, ProcessLookupError) as err:
+            raise exited(self.pid) from err
+        except PermissionError as err:
+            raise TargetAccessDenied(self.pid, "the process status (/proc/PID/stat)") from err
+        # The command name, in parentheses, may hold spaces and parentheses itself; fields
+        # from the state on (man 5 proc's 3rd): state, ..., utime 14, stime 15, threads 20,
+        # starttime 22.
+        fields = stat[stat.rindex(b")") + 2 :].split(maxsplit=20)
+        if int(fields[19]) != self._start_ticks:
+            raise exited(self.pid)
+        if fields[0] == b"Z":
+            raise TargetZombie(self.pid, f"process {self.pid} has exited")
+        try:
+            with open(self._statm_path, "rb") as file:
+                resident = int(file.read().split(maxsplit=2)[1])
+        except (FileNotFoundError, ProcessLookupError) as err:
+            raise exited(self.pid) from err
+        return ProcStat(
+            (int(fields[11]) + int(fields[12])) / CLOCK_TICKS,
+            int(fields[17]),
+            resident * PAGE_BYTES,
+        )
 
     def environ(self) -> dict[str, str]:
         """The process's environment (needs the same access as its open files)."""

@@ -14,6 +14,7 @@ from rich.live import Live
 from rich.table import Table
 
 from driftwatch.findings import Finding, Severity
+from driftwatch.goodput import Breakdown
 from driftwatch.series import WATCHED, Labels
 from driftwatch.snapshot import Snapshot
 from driftwatch.store import SeriesView
@@ -165,6 +166,28 @@ def _nonfinite_rows(r: _Reader, label: str) -> list[Row]:
     return [(label, f"{nonfinite:.0f}")] if nonfinite > 0 else []
 
 
+def _breakdown(r: _Reader) -> Breakdown | None:
+    return Breakdown.of(
+        {
+            dict(labels)["phase"]: r.value("wall_seconds", labels)
+            for labels in r.labels_of("wall_seconds")
+        }
+    )
+
+
+def _goodput_rows(r: _Reader, label: str) -> list[Row]:
+    breakdown = _breakdown(r)
+    if breakdown is None or not math.isfinite(breakdown.ratio):
+        return []
+    productive = human_seconds(breakdown.seconds["productive"])
+    return [
+        (
+            label,
+            f"{breakdown.ratio:.0%} ({productive} in steps of {human_seconds(breakdown.total)})",
+        )
+    ]
+
+
 _VIEW_ROWS: dict[str, Callable[[_Reader, str], list[Row]]] = {
     "rss_bytes": _rss_rows,
     "cpu_seconds": _cpu_rows,
@@ -177,6 +200,7 @@ _VIEW_ROWS: dict[str, Callable[[_Reader, str], list[Row]]] = {
     "tf_allocator_current_bytes": _tf_memory_rows,
     "tracing_count": _tracing_rows,
     "nonfinite_total": _nonfinite_rows,
+    "wall_seconds": _goodput_rows,
 }
 """How the live view reads each signal of ``WATCHED`` it shows: none, one or more rows."""
 
@@ -258,10 +282,18 @@ def _step_summary(r: _Reader, label: str) -> list[str]:
     ]
 
 
+def _goodput_summary(r: _Reader, label: str) -> list[str]:
+    breakdown = _breakdown(r)
+    if breakdown is None or not math.isfinite(breakdown.ratio):
+        return []
+    return [f"{label}: {breakdown.describe()}"]
+
+
 _SUMMARY_LINES: dict[str, Callable[[_Reader, str], list[str]]] = {
     "rss_bytes": _rss_summary,
     "event_file_bytes": _event_file_summary,
     "step_seconds": _step_summary,
+    "wall_seconds": _goodput_summary,
 }
 """How the summary reads each signal of ``WATCHED`` it shows: none, one or more lines."""
 

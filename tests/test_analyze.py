@@ -124,6 +124,27 @@ def test_missing_path_is_one_line() -> None:
     assert result.stderr == "driftwatch: error: /nonexistent/run: no such file or directory\n"
 
 
+def test_one_event_file_is_analysed_as_its_logdir_is(tmp_path: Path) -> None:
+    # Expected: a user who names the event file rather than its folder gets the same findings
+    # (a 1-h recording: its periodic checkpoint stalls), not a decoding error.
+    write_logdir(tmp_path / "run", 1)
+    (event_file,) = (tmp_path / "run" / "train").iterdir()
+    whole = [(f.kind, f.severity, f.since) for f in analyze(tmp_path / "run")]
+    assert whole
+    assert [(f.kind, f.severity, f.since) for f in analyze(event_file)] == whole
+
+
+def test_a_binary_file_that_is_no_event_file_is_one_line(tmp_path: Path) -> None:
+    binary = tmp_path / "weights.bin"
+    binary.write_bytes(bytes(range(256)) * 64)
+    result = run_cli("analyze", str(binary))
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"driftwatch: error: {binary}: not a samples file (binary data); give a TensorBoard "
+        "logdir, an event file or a samples file\n"
+    )
+
+
 def keras_logdir(tmp_path: Path, name: str, *extra: str, epochs: int = 10) -> Path:
     logdir = tmp_path / name
     subprocess.run(

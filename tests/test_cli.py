@@ -34,7 +34,15 @@ def test_doctor_names_every_source() -> None:
     result = run_cli("doctor")
     assert result.returncode == 0, result.stderr
     names = {line.split()[1] for line in result.stdout.splitlines()}
-    assert {"process", "nvml", "eventfiles", "tensorflow", "listener", "promtool"} <= names
+    assert {
+        "process",
+        "nvml",
+        "eventfiles",
+        "tensorflow",
+        "listener",
+        "promtool",
+        "py-spy",
+    } <= names
 
 
 def test_no_such_pid() -> None:

@@ -586,7 +586,10 @@ def test_leak_class_in_a_short_run_and_from_retracing_warnings() -> None:
         (latest,) = feed(HostMemoryDetector(), samples).findings
         return str(report[1].evidence["leak_class"]), str(latest.evidence["leak_class"])
 
-    assert short_leak("tensors") == ("tensors_kept_alive", "tensors_kept_alive")
+    # Reported 6 s after training started, from windows counted from then (here and flat),
+    # when the allocator's 1.5-s windows since then are 3: classed once they are 4 (a
+    # monitor tells the finding again with its class).
+    assert short_leak("tensors") == ("unknown", "tensors_kept_alive")
     # The allocator's probes begin 10 s after RSS starts rising (the hook starts later):
     # the leak is reported before them, and classed once its few windows since the onset
     # rise at RSS's pace, which is evidence enough (a monitor then tells the new class).
@@ -596,7 +599,7 @@ def test_leak_class_in_a_short_run_and_from_retracing_warnings() -> None:
     # classed kept tensors framework_state so).
     assert short_leak("faster tensors", every=3.0) == ("tensors_kept_alive",) * 2
     assert short_leak("warnings") == ("retracing", "retracing")
-    assert short_leak("flat") == ("framework_state", "framework_state")
+    assert short_leak("flat") == ("unknown", "framework_state")
 
 
 def test_unrotated_event_file_in_seconds_and_not_from_one_burst() -> None:

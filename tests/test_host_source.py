@@ -21,12 +21,13 @@ from driftwatch.sources.host import (
     HostSource,
     cgroup_directory,
     counting_cgroups,
+    describe,
     parse_cpu_stat,
     parse_pressure,
     quota_set,
 )
 from driftwatch.target import Target
-from tests.conftest import promtool_check_metrics
+from tests.conftest import promtool_check_metrics, run_cli
 from tests.test_exporter import scrape
 
 PSI = """some avg10=1.50 avg60=0.88 avg300=5.37 total=4496091587
@@ -341,3 +342,49 @@ def test_host_series_are_exported_and_pass_promtool(
     result = promtool_check_metrics(promtool, text)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.strip() == "", result.stdout
+
+
+def test_doctor_describes_a_v2_cgroup_with_a_quota_and_psi(tmp_path: Path) -> None:
+    """A v2 hierarchy (``cgroup.controllers`` at its root) whose cgroup ``/job`` has a
+    quota, and PSI files. Expected: works; names v2, the quota's cgroup and the three PSI
+    resources."""
+    psi = {"cpu": PSI_CPU_BEFORE_5_13, "io": PSI, "memory": PSI}
+    proc = fixture_host(tmp_path, CPU_STAT_V2, "50000 100000\n", psi)
+    (tmp_path / "cgroup" / "cgroup.controllers").write_text("cpu io memory\n")
+    ok, detail = describe(FIXTURE_PID, tmp_path / "pressure", proc)
+    assert ok
+    assert "pressure stalls (PSI) of cpu, io, memory" in detail
+    assert f"cgroup v2 CPU throttling counters readable, CPU quota at {tmp_path}/cgroup/job" in (
+        detail
+    )
+
+
+def test_doctor_says_why_host_contention_cannot_be_read(tmp_path: Path) -> None:
+    """No PSI files and a cgroup v2 whose CPU controller is not enabled (``cpu.stat``
+    without throttling counters); then no cgroup file at all. Expected: not working, each
+    reason named; no traceback."""
+    proc = fixture_host(tmp_path, CPU_STAT_V2_NO_CONTROLLER, None, {})
+    ok, detail = describe(FIXTURE_PID, tmp_path / "pressure", proc)
+    assert not ok
+    assert "no pressure-stall information" in detail
+    assert "without throttling counters" in detail
+    ok, detail = describe(FIXTURE_PID + 1, tmp_path / "pressure", proc)
+    assert not ok
+    assert "the cgroup cannot be read (No such file or directory)" in detail
+
+
+def test_doctor_reports_this_machines_host_contention_readings() -> None:
+    """``driftwatch doctor`` on this machine. Expected: a ``host`` line that names PSI
+    exactly when ``/proc/pressure/cpu`` exists here, and the version of the hierarchy that
+    holds the CPU controller, as ``/proc/self/mountinfo`` says."""
+    result = run_cli("doctor")
+    assert result.returncode == 0, result.stderr
+    (line,) = [line for line in result.stdout.splitlines() if line.split()[1:2] == ["host"]]
+    assert ("pressure stalls (PSI) of cpu" in line) == Path("/proc/pressure/cpu").is_file()
+    mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+    v1_cpu = any(" - cgroup " in m and "cpu" in m.split()[-1].split(",") for m in mounts)
+    v2 = any(" - cgroup2 " in m for m in mounts)
+    if v1_cpu:
+        assert "cgroup v1" in line
+    elif v2:
+        assert "cgroup v2" in line

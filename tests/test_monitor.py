@@ -331,3 +331,55 @@ def test_sampling_is_fast_while_event_files_grow_a_gibibyte_an_hour() -> None:
     assert signals.last_fast == -math.inf
     signals.observe([Sample("event_file_bytes", 2.0 * FAST_EVENT_FILE_RATE, 2.0)])
     assert signals.last_fast == 2.0
+
+
+class MemorySource:
+    """The process source's memory series, as scripted RSS values against a 16 GiB limit."""
+
+    name = "process"
+
+    def __init__(self, rss: list[float]) -> None:
+        self.rss = list(rss)
+
+    def sample(self, now: float) -> list[Sample]:
+        limit = Sample("memory_limit_bytes", float(16 << 30), now)
+        return [limit, Sample("rss_bytes", self.rss.pop(0), now)]
+
+    def close(self) -> None:
+        pass
+
+
+class CountingDetector(ScriptedDetector):
+    """Finds ``evaluated <count>`` at each evaluation."""
+
+    def __init__(self) -> None:
+        super().__init__([])
+        self.evaluations = 0
+
+    def evaluate(self, now: float) -> Evaluation:
+        self.evaluations += 1
+        finding = Finding("stalled", Severity.WARNING, now, f"evaluated {self.evaluations}", {})
+        return Evaluation(1.0, (finding,))
+
+
+def test_detectors_judge_fast_samples_every_interval_unless_memory_moves_fast() -> None:
+    times = iter(1000.0 + 0.5 * i for i in range(100))  # sampled every 0.5 s (a young target)
+    steady, fast = [1e9] * 8, [1e9 + 100e6 * i for i in range(1, 5)]  # 200 MB/s: 80 s left
+    detector = CountingDetector()
+    monitor = Monitor(
+        "job",
+        INFO,
+        [MemorySource(steady + fast)],
+        Engine([detector]),
+        clock=lambda: next(times),
+        evaluate_every=2.0,
+    )
+    messages = [monitor.tick().findings[0].message for _ in steady]
+    # At the first tick, then 2 s later: the ticks in between publish the last verdict.
+    assert messages == ["evaluated 1"] * 4 + ["evaluated 2"] * 4
+    assert [monitor.tick().findings[0].message for _ in fast] == [
+        "evaluated 3",
+        "evaluated 4",
+        "evaluated 5",
+        "evaluated 6",
+    ]

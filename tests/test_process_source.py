@@ -55,6 +55,10 @@ def test_process_source_reads_every_process_series() -> None:
     # 1 MiB went into a pipe: a write syscall, but not a storage write.
     assert after["write_syscall_bytes"] - before["write_syscall_bytes"] >= 1 << 20
     assert after["nondisk_write_bytes"] - before["nondisk_write_bytes"] >= 1 << 20
+    # The heap it grew is anonymous memory; its parts add up to RSS (read a moment apart).
+    assert after["rss_anon_bytes"] - before["rss_anon_bytes"] > 60 << 20
+    parts = after["rss_anon_bytes"] + after["rss_file_bytes"] + after["rss_shmem_bytes"]
+    assert parts == pytest.approx(after["rss_bytes"], rel=0.05)
 
 
 def test_process_source_raises_target_gone_after_exit(sleeper: subprocess.Popen[bytes]) -> None:

@@ -206,3 +206,17 @@ def test_open_paths_are_the_files_a_process_has_open(tmp_path: Path) -> None:
         child.wait()
     with pytest.raises(TargetGone):
         target.open_paths()
+
+
+def test_one_read_of_stat_tells_cpu_threads_and_memory_as_psutil_does(
+    sleeper: subprocess.Popen[bytes],
+) -> None:
+    target = Target.attach(sleeper.pid)
+    process = psutil.Process(sleeper.pid)
+    # Once asleep, nothing it reports moves (it may still be loading at first).
+    wait_for(lambda: target.read_stat().rss_bytes == process.memory_info().rss, 10, "same RSS")
+    stat = target.read_stat()
+    cpu = process.cpu_times()
+    assert stat.cpu_seconds == pytest.approx(cpu.user + cpu.system)
+    assert stat.threads == process.num_threads() == 1
+    assert stat.rss_bytes == process.memory_info().rss > 0

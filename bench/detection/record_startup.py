@@ -1,15 +1,19 @@
 """Record how a real TensorFlow program's resident memory behaves from its first second.
 
-Runs one healthy program (``PROGRAMS``) and reads its ``VmRSS`` from ``/proc`` every 0.5 s,
-as driftwatch samples a young target, writing the readings as a samples file that
-``driftwatch analyze`` and the unit tests replay: one JSON line per reading,
+Runs one program (``PROGRAMS``) and reads ``/proc/<pid>/status`` every 0.5 s, as driftwatch
+samples a young target, writing the readings as a samples file that ``driftwatch analyze``
+and the unit tests replay: one JSON line per reading and series,
 ``{"t": <unix seconds>, "series": "rss_bytes", "value": <bytes>}``, after one
-``memory_limit_bytes`` line (the host's memory). Run from the repository root::
+``memory_limit_bytes`` line (the host's memory). ``--fields`` also records what the process
+source reads beside ``VmRSS``: ``RssAnon``, ``RssFile``, ``RssShmem``, threads, CPU time and
+bytes read (``rchar``); ``--busy N`` pins the program to one CPU with N processes spinning
+beside it (a host N + 1 times as busy). Run from the repository root::
 
     .venv/bin/python bench/detection/record_startup.py custom_loop tests/data/startup/x.jsonl
 
 The recordings in ``tests/data/startup/`` were made so, one program at a time, on the
-shared 2-vCPU VM (other work running beside them: start-ups as slow as on a busy host).
+shared 2-vCPU VM (other work running beside them: start-ups as slow as on a busy host);
+those with the other fields are in ``tests/data/startup/fields/``.
 """
 
 from __future__ import annotations
@@ -110,33 +114,68 @@ def command(name: str, seconds: float) -> list[str]:
     return [sys.executable, *program, str(seconds)]
 
 
-def rss_bytes(pid: int) -> float | None:
+STATUS_FIELDS = {
+    "VmRSS": "rss_bytes",
+    "RssAnon": "rss_anon_bytes",
+    "RssFile": "rss_file_bytes",
+    "RssShmem": "rss_shmem_bytes",
+}
+"""``/proc/<pid>/status`` fields (kB) recorded, and the series they are."""
+
+
+def readings(pid: int, fields: bool) -> dict[str, float]:
+    """The series read from ``/proc/<pid>`` now (``rss_bytes`` only unless ``fields``)."""
     try:
         status = Path(f"/proc/{pid}/status").read_text()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        io = Path(f"/proc/{pid}/io").read_text() if fields else ""
     except OSError:
-        return None
+        return {}
+    values: dict[str, float] = {}
     for line in status.splitlines():
-        if line.startswith("VmRSS:"):
-            return float(line.split()[1]) * 1024
-    return None
+        key, _, value = line.partition(":")
+        if key in STATUS_FIELDS and (fields or key == "VmRSS"):
+            values[STATUS_FIELDS[key]] = float(value.split()[0]) * 1024
+        elif key == "Threads" and fields:
+            values["threads"] = float(value)
+    if fields:
+        ticks = stat.rsplit(")", 1)[1].split()
+        values["cpu_seconds"] = (int(ticks[11]) + int(ticks[12])) / os.sysconf("SC_CLK_TCK")
+        for line in io.splitlines():
+            if line.startswith("rchar:"):
+                values["read_syscall_bytes"] = float(line.split()[1])
+    return values
 
 
 def host_memory_bytes() -> float:
     return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
-def record(name: str, seconds: float, out: Path) -> int:
+SPIN = "while True:\n    pass\n"
+"""What each process spinning beside the program runs."""
+
+
+def record(name: str, seconds: float, out: Path, *, fields: bool = False, busy: int = 0) -> int:
     """Run program ``name`` for about ``seconds`` of training; write its readings to ``out``."""
-    started = time.time()
-    process = subprocess.Popen(command(name, seconds), stdout=subprocess.DEVNULL)
-    lines = [{"t": round(started, 3), "series": "memory_limit_bytes", "value": host_memory_bytes()}]
-    tick = time.monotonic()
-    while process.poll() is None:
-        value = rss_bytes(process.pid)
-        if value is not None and value > 0:
-            lines.append({"t": round(time.time(), 3), "series": "rss_bytes", "value": value})
-        tick += TICK_SECONDS
-        time.sleep(max(0.0, tick - time.monotonic()))
+    pin = ["taskset", "-c", "0"] if busy else []
+    spinners = [subprocess.Popen([*pin, sys.executable, "-c", SPIN]) for _ in range(busy)]
+    try:
+        started = time.time()
+        process = subprocess.Popen([*pin, *command(name, seconds)], stdout=subprocess.DEVNULL)
+        host = host_memory_bytes()
+        lines = [{"t": round(started, 3), "series": "memory_limit_bytes", "value": host}]
+        tick = time.monotonic()
+        while process.poll() is None:
+            values = readings(process.pid, fields)
+            now = round(time.time(), 3)
+            if values.get("rss_bytes", 0.0) > 0:
+                lines += [{"t": now, "series": k, "value": v} for k, v in values.items()]
+            tick += TICK_SECONDS
+            time.sleep(max(0.0, tick - time.monotonic()))
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("".join(json.dumps(line) + "\n" for line in lines))
     return process.returncode
@@ -147,8 +186,12 @@ def main() -> int:
     parser.add_argument("program", choices=sorted(PROGRAMS))
     parser.add_argument("out", type=Path, help="samples file to write (JSON lines)")
     parser.add_argument("--seconds", type=float, default=25.0, help="training time (default 25)")
+    parser.add_argument(
+        "--fields", action="store_true", help="also RssAnon, RssFile, RssShmem, threads, CPU"
+    )
+    parser.add_argument("--busy", type=int, default=0, help="processes spinning on its CPU")
     args = parser.parse_args()
-    code = record(args.program, args.seconds, args.out)
+    code = record(args.program, args.seconds, args.out, fields=args.fields, busy=args.busy)
     if code != 0:
         print(f"{args.program} exited with status {code}", file=sys.stderr)
     return code

@@ -137,7 +137,13 @@ class MemoryModel:
     interpreter and TensorFlow's shared libraries), a lumpy climb to ``rss_base`` over
     ``warmup_seconds`` (imports, model building, tracing: increments lognormal, sigma 0.8,
     per 0.5 s) and then a creep of ``creep_bytes`` that slows with time constant
-    ``creep_seconds``."""
+    ``creep_seconds``. An ``import`` start-up also has the process's loading signals, as
+    recorded with ``--fields`` (``tests/data/startup/fields/``): bytes read (imports) rise
+    steadily for the first ``IMPORT_SHARE`` of the climb and then stay flat; file-backed
+    memory (``RssFile``) starts at ``FILE_START`` of ``rss_start``, creeps by
+    ``FILE_IMPORT_BYTES`` while importing and then climbs ``FILE_CLIMB_BYTES`` with the rest
+    of the climb (model building, tracing: code run for the first time), flat once the
+    climb has ended; the creep and any leak after it are anonymous memory."""
     creep_bytes: float = 0.0
     creep_seconds: float = 15.0
     gc_period: float = 240.0
@@ -491,10 +497,14 @@ class _MemoryState:
         # an ``import`` start-up's climb: its share done after each 0.5 s, lumpy (its own
         # generator: the other scenarios' draws stay as they were)
         self.climb = np.zeros(1)
+        self.import_share = 0.0
         if mm.warmup_shape == "import":
             climb_rng = np.random.default_rng([zlib.crc32(spec.name.encode()), spec.seed, 2])
             lumps = np.exp(0.8 * climb_rng.standard_normal(max(1, round(mm.warmup_seconds / 0.5))))
             self.climb = np.concatenate([[0.0], np.cumsum(lumps) / lumps.sum()])
+            # its own generator: the climb's draws stay as they were
+            loading_rng = np.random.default_rng([zlib.crc32(spec.name.encode()), spec.seed, 4])
+            self.import_share = float(loading_rng.uniform(*IMPORT_SHARE))
         self.leaks = [i for i in spec.injections if isinstance(i, Leak)]
         self.jumps = [i for i in spec.injections if isinstance(i, MemoryJump)]
         self.event_growth = [i for i in spec.injections if isinstance(i, EventFileGrowth)]
@@ -517,6 +527,25 @@ class _MemoryState:
         mm = self.spec.memory
         jitter = np.exp(mm.gc_jitter * self.rng.standard_normal(2))
         return float(mm.gc_period * jitter[0]), float(mm.gc_amplitude * jitter[1])
+
+    def _loading(self, elapsed: float, at: float) -> list[Sample]:
+        """Bytes read and file-backed memory of an ``import`` start-up (none otherwise)."""
+        mm = self.spec.memory
+        if mm.warmup_shape != "import":
+            return []
+        importing = self.import_share * mm.warmup_seconds
+        imported = min(1.0, elapsed / importing)
+        done = float(np.interp(elapsed / 0.5, np.arange(len(self.climb)), self.climb))
+        done_then = float(np.interp(importing / 0.5, np.arange(len(self.climb)), self.climb))
+        # code run for the first time: file-backed memory follows the climb after the imports
+        building = max(0.0, done - done_then) / max(1e-9, 1.0 - done_then)
+        file = FILE_START * mm.rss_start + FILE_IMPORT_BYTES * imported
+        file += FILE_CLIMB_BYTES * (1.0 if elapsed >= mm.warmup_seconds else building)
+        return [
+            Sample("cpu_seconds", CPU_SHARE * elapsed, at),
+            Sample("read_syscall_bytes", READ_START_BYTES + IMPORT_READ_BYTES * imported, at),
+            Sample("rss_file_bytes", file, at),
+        ]
 
     def epoch_ended(self, summary_bytes: float) -> None:
         self.pending_summary += summary_bytes
@@ -561,6 +590,7 @@ class _MemoryState:
                 rss += jump.size
         out = [
             Sample("rss_bytes", rss, at),
+            *self._loading(elapsed, at),
             Sample("memory_limit_bytes", mm.limit, at),
             Sample("tf_allocator_current_bytes", tf, at, DEVICE),
             Sample("tracing_count", tracing, at),
@@ -1017,6 +1047,24 @@ NOSTEP_LOGS = LogModel(
     upload_bytes_per_step=0.0,
 )
 """No TensorBoard scalars, no uploads: nothing gives a step."""
+
+IMPORT_SHARE = (0.7, 0.85)
+"""Range of the share of an ``import`` start-up's climb spent importing (reading modules):
+TensorFlow's threads appeared, and reading stopped, at 73-83 % of the recorded climbs."""
+FILE_START = 0.84
+"""Share of ``rss_start`` that is file-backed (the interpreter and TensorFlow's libraries):
+313-316 MB of 373-380 MB in the recordings."""
+FILE_IMPORT_BYTES = 4 * MIB
+"""File-backed memory that comes while importing (1-5 MB in the recordings)."""
+FILE_CLIMB_BYTES = 50 * MIB
+"""File-backed memory that comes with the rest of the climb (50-57 MB in the recordings)."""
+CPU_SHARE = 1.0
+"""CPU seconds a no-step run uses per second: one core (imports, tracing, a small model's
+steps; 0.9-1.2 in the recordings on an idle host)."""
+READ_START_BYTES = 4 * MIB
+"""Bytes read by the first reading (the interpreter's start)."""
+IMPORT_READ_BYTES = 50 * MIB
+"""Bytes read while importing (about 52 MB in the recordings)."""
 
 MEASURABLE_MARGIN = 4.0
 """Noise standard deviations that, with the GC sawtooth's amplitude, make the widest a

@@ -5,7 +5,9 @@ get in, or if it sits in a directory anyone may write to without the sticky bit)
 named ``<pid>-<round(create_time * 100)>.dwc`` with ``create_time`` as psutil
 reports it, so a monitor that knows ``(pid, create_time)`` of its target finds the right file
 and a reused PID never matches an old one. Next to each, ``<same stem>.json`` holds the
-writer's metadata, replaced atomically as a whole.
+writer's metadata, replaced atomically as a whole; ``<same stem>.request`` the monitor's
+request for a profiler trace, and ``<same stem>.traces/`` the traces the hook wrote
+(``driftwatch.channel.requests``).
 
 The writer finds its directory with ``runtime_dir()`` and names its file with
 ``channel_path``; a monitor finds a target's file with ``process_channel``, and a node agent
@@ -14,10 +16,12 @@ lists every user's directories with ``channel_dirs``.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import logging
 import os
 import re
+import shutil
 import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -29,6 +33,10 @@ log = logging.getLogger(__name__)
 
 SUFFIX = ".dwc"
 META_SUFFIX = ".json"
+REQUEST_SUFFIX = ".request"
+"""The monitor's capture request beside a channel (``<same stem>.request``, JSON)."""
+TRACES_SUFFIX = ".traces"
+"""The directory beside a channel where the hook writes the profiler traces it was asked for."""
 
 _NAME = re.compile(r"^(\d+)-(\d+)" + re.escape(SUFFIX) + "$")
 
@@ -102,6 +110,17 @@ def meta_path(path: Path) -> Path:
     return path.with_suffix(META_SUFFIX)
 
 
+def request_path(path: Path) -> Path:
+    """The capture request beside the channel file ``path`` (monitor to hook)."""
+    return path.with_suffix(REQUEST_SUFFIX)
+
+
+def traces_dir(path: Path) -> Path:
+    """Where the hook of the channel file ``path`` writes the traces it was asked for: one
+    TensorBoard logdir per request, ``<traces_dir>/<request id>/plugins/profile/...``."""
+    return path.with_suffix(TRACES_SUFFIX)
+
+
 def list_channels(directory: str | os.PathLike[str]) -> list[tuple[int, float, Path]]:
     """``(pid, create_time, path)`` of every channel file in ``directory``, by pid."""
     directory = Path(directory)
@@ -120,10 +139,14 @@ def list_channels(directory: str | os.PathLike[str]) -> list[tuple[int, float, P
 
 
 def remove_channel(path: Path) -> bool:
-    """Remove a channel and its metadata, e.g. once its writer has exited; logs failures.
+    """Remove a channel, its metadata, its capture request and the traces left beside it,
+    e.g. once its writer has exited; logs failures.
 
-    Returns whether both are gone.
+    Returns whether the channel and its metadata are gone.
     """
+    shutil.rmtree(traces_dir(path), ignore_errors=True)
+    with contextlib.suppress(OSError):
+        os.unlink(request_path(path))
     removed = True
     for part in (path, meta_path(path)):
         try:

@@ -12,6 +12,9 @@ Records are ``(kind, key, t, a, b)`` with ``t`` in unix seconds:
 - ``VALUE``: a probed value; ``key`` indexes ``meta["series"]``, a list of
   ``[series, {label: value}]`` pairs; ``a`` is the value.
 - ``EPOCH``: ``key`` the epoch index, ``a`` its wall-clock seconds, ``b`` of which validation.
+- ``CAPTURE``: the hook's answer to a profiler-trace request (``driftwatch.channel.requests``):
+  ``key`` the request's id, ``a`` a ``CaptureStatus``, ``b`` the steps traced; why one
+  failed is in ``meta["capture"]``.
 """
 
 from __future__ import annotations
@@ -23,6 +26,15 @@ class Kind(enum.IntEnum):
     STEP = 1
     VALUE = 2
     EPOCH = 3
+    CAPTURE = 4
+
+
+class CaptureStatus(enum.IntEnum):
+    """What became of a trace request, as a ``CAPTURE`` record's ``a``."""
+
+    STARTED = 1
+    DONE = 2
+    FAILED = 3
 
 
 VALUE_SERIES: dict[int, tuple[str, str]] = {
@@ -34,3 +46,5 @@ SERIES_META = "series"
 """Meta key: the list of ``[series, labels]`` that ``VALUE`` records index."""
 RUNTIME_META = "runtime"
 """Meta key: ``{"python": ..., "tensorflow": ..., "keras": ...}``, the job's versions."""
+CAPTURE_META = "capture"
+"""Meta key: ``{"id": ..., "status": ..., "error": ...}``, the hook's latest trace request."""

@@ -7,7 +7,8 @@ Each tick the daemon
 2. ticks every monitor and drops those whose target has gone, with their series.
 
 Between ticks, each monitor is sampled at its own ``Cadence``: every 0.5 s while its target
-is young or a signal moves fast, every ``interval`` otherwise.
+is young or a signal moves fast, every ``interval`` otherwise. Its detectors judge it every
+``interval``, and at every sample while a signal moves fast.
 
 With a ``History``, each run is recorded into it, and ends there with why it was dropped
 (or that the daemon stopped); a restarted daemon resumes the runs of the processes that
@@ -29,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from driftwatch.capture.capturer import capturer_for
 from driftwatch.channel.env import RUN_ENV
 from driftwatch.channel.paths import channel_dirs
 from driftwatch.daemon.config import Config
@@ -38,7 +40,7 @@ from driftwatch.daemon.discovery import (
     Found,
     Key,
     ProcessScan,
-    scan_processes,
+    ProcessTable,
 )
 from driftwatch.detect.catalog import default_engine
 from driftwatch.errors import TargetError, TargetGone, UsageError
@@ -66,7 +68,8 @@ class Daemon:
     """Discovers targets, keeps one ``Monitor`` each, and publishes their snapshots.
 
     ``load`` reads the configuration (called again on ``reload``); ``directories`` says
-    where to look for channels; ``scan`` lists the process table; ``clock`` stamps samples;
+    where to look for channels; ``scan`` lists the process table (default: a
+    ``ProcessTable``); ``clock`` stamps samples;
     ``on_finding`` gets each run's findings; ``history``, if any, records every run;
     ``sweep_after``: seconds before the channel of an exited process is removed.
     """
@@ -78,7 +81,7 @@ class Daemon:
         directories: Callable[[Config], list[Path]] = lambda config: channel_dirs(
             config.channel_dirs
         ),
-        scan: ProcessScan = scan_processes,
+        scan: ProcessScan | None = None,
         clock: Callable[[], float] = time.time,
         on_finding: Callable[[str, Finding], None] = lambda run, finding: None,
         history: History | None = None,
@@ -86,7 +89,7 @@ class Daemon:
     ) -> None:
         self._load = load
         self.config = load()
-        self._discovery = Discovery(directories, scan, sweep_after)
+        self._discovery = Discovery(directories, scan or ProcessTable(), sweep_after)
         self._clock = clock
         self._on_finding = on_finding
         self._history = history
@@ -155,6 +158,8 @@ class Daemon:
         except TargetError as err:
             self._discovery.refuse(key, str(err))
             return
+        history = self._history
+        capturer = None if history is None else capturer_for(history.path, target.info, sources)
         monitor = Monitor(
             name,
             target.info,
@@ -162,7 +167,10 @@ class Daemon:
             default_engine(),
             clock=self._clock,
             on_finding=lambda finding: self._report(name, finding),
-            recorder=None if self._history is None else self._history.recorder(name, target.info),
+            recorder=None if history is None else history.recorder(name, target.info),
+            sinks=() if capturer is None else (capturer,),
+            evaluate_every=self.config.interval,
+            annotate=None if capturer is None else capturer.annotate,
         )
         cadence = Cadence(self.config.interval, target.info.create_time)
         self._watched[key] = _Watched(monitor, command, channel is None, channel, cadence)
@@ -212,6 +220,7 @@ class Daemon:
         self._discovery.reset()  # and scan the process table on the next tick
         for watched in self._watched.values():
             watched.cadence = Cadence(config.interval, watched.monitor.target.create_time)
+            watched.monitor.evaluate_every = config.interval
         log.info(
             "configuration reloaded: %d patterns, interval %g s", len(config.rules), config.interval
         )

@@ -36,12 +36,15 @@ from driftwatch.channel.ring import ChannelReader, read_meta, writer_alive
 from driftwatch.daemon.config import Config
 from driftwatch.errors import TargetAccessDenied, TargetGone
 from driftwatch.pidns import find_process, start_ticks
-from driftwatch.target import Target
+from driftwatch.target import CLOCK_TICKS, Target
 
 log = logging.getLogger(__name__)
 
 SCAN_EVERY_TICKS = 5
 """Ticks between reads of the process table (for jobs only a pattern finds)."""
+REREAD_COMMANDS_EVERY_SCANS = 6
+"""Scans of the process table between reads of every process's command line (in between,
+only new processes' are read)."""
 SWEEP_AFTER_SECONDS = 10.0
 """Seconds between finding a channel's process gone and removing the channel."""
 
@@ -66,12 +69,61 @@ def process_key(pid: int, create_time: float) -> Key:
     return pid, stamp(create_time)
 
 
-def scan_processes() -> Iterator[tuple[int, float, str]]:
-    """``(pid, create_time, command line)`` of every process with a command line."""
-    for process in psutil.process_iter(["cmdline", "create_time"]):
-        cmdline, create_time = process.info["cmdline"], process.info["create_time"]
-        if cmdline and create_time is not None:  # kernel threads have none; None: denied
-            yield process.pid, create_time, " ".join(cmdline)
+class ProcessTable:
+    """Lists ``(pid, create_time, command line)`` of every process with a command line: the
+    daemon's ``ProcessScan``.
+
+    One read of ``/proc/PID/stat`` per process gives its start time and name; its command
+    line is read only for a process that was not in the previous scan with both the same (a
+    new process, or one that ``exec``'d another program), and for every process each
+    ``REREAD_COMMANDS_EVERY_SCANS`` scans (a program that rewrites its own command line, or
+    ``exec``'s one of the same name). ``create_time`` is psutil's: boot time plus start time.
+    """
+
+    def __init__(self) -> None:
+        self._known: dict[int, tuple[bytes, str]] = {}
+        """Each process of the previous scan: its name and start time (from ``stat``), and its
+        command line."""
+        self._scans = 0
+
+    def __call__(self) -> list[tuple[int, float, str]]:
+        reread = self._scans % REREAD_COMMANDS_EVERY_SCANS == 0
+        self._scans += 1
+        boot = psutil.boot_time()
+        known: dict[int, tuple[bytes, str]] = {}
+        table: list[tuple[int, float, str]] = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            pid = int(entry)
+            try:
+                with open(f"/proc/{pid}/stat", "rb") as file:
+                    stat = file.read()
+                close = stat.rindex(b")")
+                ticks = stat[close + 2 :].split(maxsplit=20)[19]
+                identity = stat[stat.index(b"(") + 1 : close] + b"\0" + ticks
+                previous = self._known.get(pid)
+                if previous is not None and previous[0] == identity and not reread:
+                    command = previous[1]
+                else:
+                    command = _command_line(pid)
+            except (OSError, ValueError, IndexError):  # exited since the listing
+                continue
+            known[pid] = (identity, command)
+            if command:  # kernel threads and zombies have none
+                table.append((pid, float(ticks) / CLOCK_TICKS + boot, command))
+        self._known = known
+        return table
+
+
+def _command_line(pid: int) -> str:
+    """The command line of process ``pid``, its arguments joined by spaces (as psutil splits
+    it); ``""`` for a kernel thread or a zombie."""
+    with open(f"/proc/{pid}/cmdline", "rb") as file:
+        text = os.fsdecode(file.read())
+    if text.endswith(("\0", " ")):
+        text = text[:-1]
+    return text.replace("\0", " ")
 
 
 def _own_lineage() -> set[int]:

@@ -13,6 +13,7 @@ import numpy as np
 
 from driftwatch.detect.memory import MemoryDriftDetector
 from driftwatch.detect.memory_trends import DEFAULT_THRESHOLDS, MemoryThresholds, Trend
+from driftwatch.detect.startup import LOADING_SERIES
 from driftwatch.detect.stats import mann_kendall, theil_sen
 from driftwatch.detect.windows import WindowMeans
 from driftwatch.series import Labels, Sample
@@ -55,6 +56,7 @@ class HostMemoryDetector(MemoryDriftDetector):
             "tf_allocator_current_bytes",
             "tracing_count",
             "retracing_warnings_total",
+            *LOADING_SERIES,
         }
         self._tf: dict[Labels, dict[float, WindowMeans]] = {}
         self._traces: dict[str, deque[tuple[float, float]]] = {

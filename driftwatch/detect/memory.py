@@ -6,8 +6,10 @@ each are tested: Theil-Sen slope and Mann-Kendall trend (corrected for lag-1
 autocorrelation), within the segment after the last level jump, so a one-off allocation is
 a "memory step", not a leak. Short scales see fast growth within seconds (rapid growth on
 their newest few windows), long ones a slow leak over hours. Start-up (imports, model
-building, tracing) is never judged: it ends on the signal's own shape (``StartUp``), at the
-first training step, or after ``STARTUP_MAX_SECONDS``, so no step signal is needed. Warm-up
+building, tracing) is never judged: it ends when the process stopped loading (``Loading``),
+else on the signal's own shape (``StartUp``) or after ``STARTUP_MAX_SECONDS``, or at the
+first training step, so no step signal is needed; right after it, growth is also judged
+read by read and on windows counted from its end (``fresh_rises``). Warm-up
 is excluded, and a trend counts as a leak only once it has held for ``min_span`` seconds (a
 GC or caching cycle rises for minutes, then falls), except growth that would exhaust the
 limit within ``fast_horizon`` seconds: that is reported whenever it is seen. At a run's end
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -32,13 +35,21 @@ from driftwatch.detect.memory_trends import (
     MIN_READINGS,
     RAPID_EVEN,
     RAPID_MAX_WIDTH,
+    READINGS_KEPT,
     Analysis,
     Jump,
     MemoryThresholds,
     Trend,
     analyse_scale,
+    fresh_rises,
 )
-from driftwatch.detect.startup import STARTUP_MAX_SECONDS, StartUp
+from driftwatch.detect.startup import (
+    LOADING_SERIES,
+    STARTUP_MAX_LOADING_SECONDS,
+    STARTUP_MAX_SECONDS,
+    Loading,
+    StartUp,
+)
 from driftwatch.detect.stats import mann_kendall, theil_sen
 from driftwatch.detect.windows import WindowMeans
 from driftwatch.findings import KINDS, Finding, Severity
@@ -70,6 +81,9 @@ class _Signal:
     scales: list[WindowMeans]
     first_t: float = math.nan
     startup: StartUp = field(default_factory=StartUp)
+    readings: deque[tuple[float, float]] = field(
+        default_factory=lambda: deque(maxlen=READINGS_KEPT)
+    )
     analysed: dict[float, tuple[tuple[int, float, float, bool], Analysis]] = field(
         default_factory=dict
     )
@@ -93,34 +107,42 @@ class MemoryDriftDetector:
         if limit_series is not None:
             wanted.add(limit_series)
         self.series = frozenset(wanted)
+        self.limit_series = limit_series
         self.thresholds = thresholds
         self._signals: dict[Labels, _Signal] = {}
         self._limits: dict[Labels, float] = {}
         self._epochs = 0
         self._epochs_done_at = math.nan  # when ``warmup_epochs`` epochs had ended
         self._first_step_at = math.inf  # when the first training step was seen
+        self._loading = Loading()  # fed by subclasses that watch the process's loading
 
     # -- input -------------------------------------------------------------------------
 
     def observe(self, sample: Sample) -> None:
         if sample.series == "train_step":
             self._first_step_at = min(self._first_step_at, sample.t)
+        elif sample.series in LOADING_SERIES:
+            self._loading.reading(sample.series, sample.t, sample.value)
         elif sample.series == "epoch_seconds":
             self._epochs += 1
             if self._epochs == self.thresholds.warmup_epochs:
                 self._epochs_done_at = sample.t
         elif sample.series == self.signal:
+            self._loading.level(sample.value)
             state = self._signals.get(sample.labels)
             if state is None:
                 widths = [WindowMeans(w, self.thresholds.points) for w in self.thresholds.scales]
                 state = self._signals[sample.labels] = _Signal(widths, first_t=sample.t)
+            state.readings.append((sample.t, sample.value))
             narrowest = state.scales[0]
             closed = narrowest.version
             for scale in state.scales:
                 scale.add(sample.t, sample.value)
             if narrowest.version != closed:
                 state.startup.window_closed(narrowest.means[-1][0], narrowest.floors[-1])
-        elif math.isfinite(sample.value) and sample.value > 0:
+        elif (
+            sample.series == self.limit_series and math.isfinite(sample.value) and sample.value > 0
+        ):
             self._limits[sample.labels] = sample.value
 
     def limit_for(self, labels: Labels) -> float:
@@ -130,12 +152,23 @@ class MemoryDriftDetector:
     # -- analysis ----------------------------------------------------------------------
 
     def training_start(self, state: _Signal) -> float:
-        """When start-up ended: by the signal's own shape, at the first training step, or
-        after ``STARTUP_MAX_SECONDS``, whichever comes first (no step signal needed: many
-        jobs give none). Growth before it is never judged live, not even urgent growth."""
-        ended = min(self._first_step_at, state.first_t + STARTUP_MAX_SECONDS)
-        by_shape = state.startup.ended_at
-        return min(by_shape, ended) if math.isfinite(by_shape) else ended
+        """When start-up ended, whichever comes first of: the first training step; when the
+        process stopped loading (``Loading``, where its detector reads the process's loading
+        series; at the latest after ``STARTUP_MAX_LOADING_SECONDS``), else by the signal's
+        own shape or after ``STARTUP_MAX_SECONDS``. No step
+        signal needed: many jobs give none. Growth before it is never judged live, not even
+        urgent growth."""
+        if self._loading.seen:
+            by_process = state.first_t + STARTUP_MAX_LOADING_SECONDS
+            if self._loading.ended_at < by_process:  # False while it is NaN
+                by_process = self._loading.ended_at
+        else:
+            shape = state.startup.ended_at
+            capped = state.first_t + STARTUP_MAX_SECONDS
+            by_process = min(shape, capped) if math.isfinite(shape) else capped
+        if math.isfinite(by_process):
+            return min(self._first_step_at, by_process)
+        return self._first_step_at
 
     def warmup_end(self, state: _Signal) -> float:
         """Warm-up lasts ``warmup_seconds`` and ``warmup_epochs`` epochs, whichever is longer."""
@@ -180,6 +213,7 @@ class MemoryDriftDetector:
         limit: float,
         now: float,
         state: _Signal,
+        ended: bool = False,
     ) -> tuple[Finding | None, float]:
         # Urgent: growth that reaches the limit within the horizon, projected with the
         # slowing seen, and rising at every wider scale that could test it too (a GC
@@ -195,6 +229,9 @@ class MemoryDriftDetector:
             and all(w in rising for w in analysis.fast_tested if w > t.width)
         ]
         urgent += [t for t in analysis.rapid if t.time_to(limit) < horizon]
+        started = self.training_start(state)
+        fresh = fresh_rises(state.readings, started, self.thresholds, ended=ended)
+        urgent += [t for t in fresh if t.time_to(limit) < horizon]
         # A leak: a material trend in wide windows (10-minute means), held for
         # ``min_span``; narrower windows see the rising half of GC or caching cycles.
         worth = [
@@ -272,7 +309,7 @@ class MemoryDriftDetector:
         for labels, state in self._signals.items():
             analysis = self.trends(state)
             limit = self.limit_for(labels)
-            finding, signal_score = self._judge(labels, analysis, limit, now, state)
+            finding, signal_score = self._judge(labels, analysis, limit, now, state, True)
             if finding is None:
                 trend = self._whole_run(state, now)
                 if trend is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -100,6 +101,14 @@ RAPID_EVEN = 3.0
 """Rapid growth: no rise of those floors exceeds this many times the smallest."""
 MIN_READINGS = 3
 """Median readings a scale's windows must hold for the scale to be analysed."""
+READINGS_KEPT = 16
+"""Newest readings of each signal kept for the tests of growth right after start-up."""
+STEEP_READINGS = 7
+"""Newest readings a steep-growth test takes (3 s at the young target's 0.5-s interval)."""
+STEEP_MAX_GAP = 1.0
+"""Seconds between two readings beyond which they are too sparse for the steep test."""
+STEEP_MIN_GROWTH = 4
+"""Steep growth adds at least this many times ``min_growth_bytes`` over its readings."""
 SLOWING = 0.8
 """Share of its older half's rate below which a newer half's rise is levelling off."""
 SLOWING_MIN_HALF_SPAN = 60.0
@@ -219,3 +228,80 @@ def _even_rise(
     slope, _ = theil_sen(times, floors)
     p = mann_kendall(floors).p
     return Trend(width, slope, p, level, float(times[0]), len(floors), math.inf)
+
+
+def steep_rise(times: np.ndarray, values: np.ndarray, thresholds: MemoryThresholds) -> Trend | None:
+    """Growth read by read: every reading higher than the last, none by a jump, keeping its
+    pace, and adding ``STEEP_MIN_GROWTH`` times ``min_growth_bytes`` (more than a GC cycle
+    or a cache swings) over ``STEEP_READINGS`` readings taken close together. Seen seconds
+    before window floors could show it; a one-off jump within a second rises in a reading
+    or two and then stops."""
+    if len(values) < STEEP_READINGS or np.any(np.diff(times) > STEEP_MAX_GAP):
+        return None
+    rises = np.diff(values)
+    if (
+        not np.all(rises > 0)
+        or values[-1] - values[0] < STEEP_MIN_GROWTH * thresholds.min_growth_bytes
+        or rises.max() > RAPID_EVEN * rises.min()
+    ):
+        return None
+    half = len(values) // 2
+    older, _ = theil_sen(times[: half + 1], values[: half + 1])
+    newer, _ = theil_sen(times[half:], values[half:])
+    if newer < SLOWING * older:
+        return None
+    slope, _ = theil_sen(times, values)
+    p = mann_kendall(values).p
+    return Trend(0.0, slope, p, float(values[-1]), float(times[0]), len(values), math.inf)
+
+
+def fresh_rises(
+    readings: Sequence[tuple[float, float]],
+    started: float,
+    thresholds: MemoryThresholds,
+    *,
+    ended: bool = False,
+) -> list[Trend]:
+    """Growth since start-up ended that the scales' windows cannot show yet: steep growth
+    over the newest readings, and rapid growth over windows counted from start-up's end
+    (the fixed windows' first after it may begin up to a window later, and the one it falls
+    in holds the climb's last readings). ``ended``: the run ended, its last window will
+    hold no more readings."""
+    if not readings or readings[0][0] > started:
+        found: list[Trend] = []
+    else:
+        found = _anchored_rise(readings, started, thresholds, ended)
+    newest = list(readings)[-STEEP_READINGS:]
+    if len(newest) == STEEP_READINGS and newest[0][0] >= started:
+        times, values = np.array(newest).T
+        steep = steep_rise(times, values, thresholds)
+        if steep is not None:
+            found.append(steep)
+    return found
+
+
+def _anchored_rise(
+    readings: Sequence[tuple[float, float]],
+    started: float,
+    thresholds: MemoryThresholds,
+    ended: bool,
+) -> list[Trend]:
+    """Rapid growth over the newest ``RAPID_POINTS`` complete windows of the narrowest width
+    counted from ``started``, each holding ``MIN_READINGS`` readings (the last one, at a
+    run's end, whatever it holds)."""
+    width = thresholds.scales[0]
+    windows: dict[int, list[float]] = {}
+    for t, value in readings:
+        if t >= started:
+            windows.setdefault(math.floor((t - started) / width + 1e-9), []).append(value)
+    keys = sorted(windows)
+    if not ended and keys and len(windows[keys[-1]]) < MIN_READINGS:
+        keys = keys[:-1]  # still filling: the newest complete windows are judged
+    newest = keys[-RAPID_POINTS:]
+    complete = newest[:-1] if ended else newest
+    if len(newest) < RAPID_POINTS or any(len(windows[k]) < MIN_READINGS for k in complete):
+        return []
+    starts = np.array([started + k * width for k in newest])
+    floors = np.array([min(windows[k]) for k in newest])
+    rise = _even_rise(width, starts, floors, float(readings[-1][1]), thresholds)
+    return [] if rise is None else [rise]

@@ -66,6 +66,8 @@ MAX_SUB_BLOCKS = 256
 """Bounds the sub-blocks merged into one block (a clock that jumps back never closes one)."""
 BASELINE_CHUNKS = 48
 """Chunk medians the baseline keeps: with 30 blocks a chunk, a day of 1-s steps."""
+RESTEP_BAR = 1.5
+"""Ratio of the recent level to the level a report stated that is judged as a new step."""
 
 
 class SlowdownDetector:
@@ -80,7 +82,9 @@ class SlowdownDetector:
     reported while the sum is past ``h`` and the current level (the Theil-Sen line through
     the blocks since the onset, at the newest) passes :meth:`_bar`; it is gradual when the
     level took more than ``RECENT_BLOCKS`` blocks to climb from a quarter to three quarters
-    of the ratio, abrupt when it jumped. Reasoning: docs/detectors.md, "Slowdowns".
+    of the ratio, abrupt when it jumped; a report whose level then steps up again by
+    ``RESTEP_BAR`` is stated as that new, abrupt step (:meth:`_restep`). Reasoning:
+    docs/detectors.md, "Slowdowns".
     """
 
     name = "slowdown"
@@ -116,8 +120,10 @@ class SlowdownDetector:
         self._cusum = Cusum(k=math.log(WORTH_REPORTING) / 2, h=threshold)
         self._recent: deque[tuple[float, float]] = deque(maxlen=512)  # (t, log ratio)
         self._since_onset = 0  # blocks since the sum last left zero
+        self._since_step = LEVEL_BLOCKS  # blocks since a reported slowdown stepped up again
+        self._stated = 1.0  # the ratio at which the report last decided its kind
         self._active = False  # hysteresis: on above h, off below h / 3
-        self._gradual = False  # the kind, decided when the report starts
+        self._gradual = False  # the kind, decided when the report starts (or steps again)
         self._since = math.nan  # and since when
 
     def observe(self, sample: Sample) -> None:
@@ -147,9 +153,12 @@ class SlowdownDetector:
         self._cusum.update(min(ratio, self._cusum.h / 2), t)
         self._recent.append((t, ratio))
         self._since_onset = 0 if self._cusum.value == 0.0 else self._since_onset + 1
+        self._since_step += 1
         if self._cusum.alarm and self._current_ratio() >= self._bar():
             if not self._active:
                 self._start_report()
+            elif self._recent_ratio() >= self._stated * RESTEP_BAR:
+                self._restep()
             self._active = True
         elif self._cusum.value < self._cusum.h / 3 or self._recent_ratio() < STILL_SLOW:
             self._active = False
@@ -178,16 +187,21 @@ class SlowdownDetector:
             self._add_to_baseline(held.popleft())
 
     def _add_to_baseline(self, level: float) -> None:
-        """Fill the chunk; the first one sets the baseline and the noise as it grows."""
+        """Fill the chunk; the first one sets the baseline as it grows, and the noise (with
+        the sum's ``k`` and ``h``) from its first ``min_baseline_blocks``, then again at each
+        block that joins at a zero sum: a slowdown that the sum has not cleared yet must not
+        raise the bar it is climbing to (a busy start's noisy blocks made ``h`` outgrow the
+        sum of a 6x slowdown joining the first chunk)."""
         chunk = self._chunk
         first = not self._chunks
         chunk.append(level)
         if first and len(chunk) >= self._min_baseline:
             levels = np.array(chunk)
-            self._noise = robust_scale(levels)
-            self._variance_factor = ess_variance_factor(levels)[0]
-            self._cusum.k = max(math.log(WORTH_REPORTING) / 2, self._noise)
-            self._cusum.h = max(self._threshold, 6 * self._noise)
+            if len(chunk) == self._min_baseline or self._cusum.value == 0.0:
+                self._noise = robust_scale(levels)
+                self._variance_factor = ess_variance_factor(levels)[0]
+                self._cusum.k = max(math.log(WORTH_REPORTING) / 2, self._noise)
+                self._cusum.h = max(self._threshold, 6 * self._noise)
             self.baseline = math.exp(float(np.median(levels)))
         if len(chunk) < self._chunk_size:
             return
@@ -239,34 +253,63 @@ class SlowdownDetector:
         return math.exp(intercept + slope * len(levels))
 
     def _level_count(self) -> int:
-        """Blocks that estimate the current level."""
-        return min(max(self._since_onset, RECENT_BLOCKS), LEVEL_BLOCKS, len(self._recent))
+        """Blocks that estimate the current level: those since the onset, or since the
+        level last stepped up during a report."""
+        since = min(self._since_onset, self._since_step)
+        return min(max(since, RECENT_BLOCKS), LEVEL_BLOCKS, len(self._recent))
 
-    def _climb(self, ratio: float) -> tuple[float, int]:
-        """When the level last started to climb from a quarter of ``ratio`` (log units),
-        and in how many blocks it then reached three quarters: a step takes a few, a ramp
-        many. The level is the running median of ``CLIMB_SMOOTHING`` blocks, so that noise
-        dips during a slow ramp do not pass for its start."""
-        times = np.array([t for t, _ in self._recent])
+    def _climb(self, ratio: float, floor: float = 0.0) -> tuple[int, int]:
+        """Where the level last started to climb from a quarter of the way from ``floor``
+        to ``ratio`` (log units; index into the recent blocks, -1 if it never was that
+        low), and in how many blocks it then reached three quarters: a step takes a few, a
+        ramp many. The level is the running median of ``CLIMB_SMOOTHING`` blocks, so that
+        noise dips during a slow ramp do not pass for its start."""
         values = np.array([x for _, x in self._recent])
         padded = np.pad(values, (CLIMB_SMOOTHING - 1, 0), mode="edge")
         smooth = np.median(sliding_window_view(padded, CLIMB_SMOOTHING), axis=1)
-        low = np.flatnonzero(smooth <= ratio / 4)
+        low = np.flatnonzero(smooth <= floor + (ratio - floor) / 4)
         start = int(low[-1]) if len(low) else -1
-        high = np.flatnonzero(smooth[start + 1 :] >= 3 * ratio / 4)
+        high = np.flatnonzero(smooth[start + 1 :] >= floor + 3 * (ratio - floor) / 4)
         blocks = int(high[0]) + 1 if len(high) else len(smooth) - start
-        return float(times[max(start, 0)]), blocks
+        return start, blocks
 
     def _start_report(self) -> None:
         """Decide, once per report, whether the slowdown is gradual, and since when: a
         report that changed its kind as noise moves the climb would read as two problems."""
-        climb_start, climb_blocks = self._climb(math.log(self._current_ratio()))
+        ratio = self._current_ratio()
+        start, climb_blocks = self._climb(math.log(ratio))
+        climb_start = self._recent[max(start, 0)][0]
         onset = self._cusum.onset_t
         self._gradual = climb_blocks > RECENT_BLOCKS
         if onset is None or self._gradual:
             self._since = climb_start if onset is None else min(climb_start, onset)
         else:
             self._since = onset
+        self._stated = ratio
+        self._since_step = LEVEL_BLOCKS  # as if none: the level counts from the onset
+
+    def _restep(self) -> None:
+        """A reported slowdown whose recent level is ``RESTEP_BAR`` times the level it
+        stated: if the level jumped there (within ``RECENT_BLOCKS`` blocks, as
+        :meth:`_climb` tells from the stated level), a new step that the report now states,
+        as abrupt, dated from where the blocks crossed halfway (the least of their
+        cumulative excess over it); a climb is still the same slowdown, its kind kept,
+        stated from the new level on. A contended host's slow drift must not hide a step that
+        comes after it. Reasoning: docs/detectors.md, "A step on top of a slowdown"."""
+        ratio, floor = math.log(self._recent_ratio()), math.log(self._stated)
+        start, climb_blocks = self._climb(ratio, floor)
+        values = np.array([x for _, x in self._recent])
+        if start + climb_blocks >= len(values) and climb_blocks <= RECENT_BLOCKS:
+            return  # the smoothed level has not reached three quarters yet: wait for it
+        self._stated = math.exp(ratio)
+        if climb_blocks > RECENT_BLOCKS:
+            return
+        first = max(start - CLIMB_SMOOTHING, 0)
+        excess = np.cumsum(values[first:] - (floor + ratio) / 2)
+        step = first + int(np.argmin(excess)) + 1
+        self._gradual = False
+        self._since = self._recent[min(step, len(values)) - 1][0]  # the end of the last before
+        self._since_step = len(values) - step
 
     def evaluate(self, now: float) -> Evaluation:
         score = self._cusum.value / self._cusum.h

@@ -1,12 +1,14 @@
-"""When a memory signal's start-up climb (imports, model building, tracing) ended, from its
-shape alone. Reasoning and experiments: docs/detectors.md, "Start-up, from the signal's own
-shape".
+"""When a memory signal's start-up climb (imports, model building, tracing) ended: from the
+process's loading (file-backed memory and reads flat while it runs), where those series are
+read, else from the signal's shape alone. Reasoning and experiments: docs/detectors.md,
+"Start-up, from the signal's own shape" and "Start-up, from the process's loading".
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+from collections import deque
 
 STARTUP_MAX_SECONDS = 30.0
 """Longest a signal's climb from its first reading counts as start-up, in seconds."""
@@ -82,3 +84,93 @@ class StartUp:
 def _alike(rate: float, other: float) -> bool:
     """Neither rises more than ``STARTUP_KNEE`` times the other."""
     return max(rate, other) <= STARTUP_KNEE * min(rate, other)
+
+
+QUIET_SECONDS = 2.0
+"""Seconds a process must load nothing (no file-backed memory, no reads) to have started."""
+QUIET_CPU_SECONDS = 1.0
+"""CPU seconds it must have run in that time: a process starved of CPU loads nothing either."""
+QUIET_GROWTH_BYTES = 64 * 1024 * 1024.0
+"""Or the watched memory it added in that time, in bytes: growing, it is not starved."""
+QUIET_FILE_BYTES = 256 * 1024.0
+"""File-backed resident memory, in bytes, that may come in that time: none really does."""
+QUIET_READ_BYTES = 1024 * 1024.0
+"""Bytes read through system calls in that time that count as reading nothing."""
+STARTUP_MAX_CPU_SECONDS = 20.0
+"""CPU seconds after which a process that still loads is past its start-up (one that reads
+its data from files never stops reading): a TensorFlow start-up took 3-6 here."""
+STARTUP_MAX_LOADING_SECONDS = 120.0
+"""Longest start-up, in seconds, of a process whose loading is read: one that barely runs
+(waiting on a device or a lock) may never use ``STARTUP_MAX_CPU_SECONDS``."""
+LOADING_SERIES = ("cpu_seconds", "read_syscall_bytes", "rss_file_bytes")
+"""The process's series that tell it is loading, in the order of ``Loading``'s rows."""
+
+
+class Loading:
+    """When a process stopped loading: its file-backed resident memory (``RssFile``: shared
+    libraries mapped, their code run for the first time) and the bytes it reads (modules
+    imported) both flat for ``QUIET_SECONDS`` in which it ran ``QUIET_CPU_SECONDS`` or its
+    watched memory grew by ``QUIET_GROWTH_BYTES`` (a growing process is not starved). A
+    start-up imports and maps; a training loop, leaking or not, runs code it has run before
+    (docs/detectors.md, "Start-up, from the process's loading"). A job that reads its data
+    from files never looks settled here: its start-up ends by its shape, a step or
+    ``STARTUP_MAX_CPU_SECONDS``. Where these series are read, they rule rather than the
+    signal's shape: a climb slowed by a busy host looks settled while it is still importing.
+    """
+
+    __slots__ = ("_first_cpu", "_latest", "_level", "_rows", "decided_at", "ended_at")
+
+    def __init__(self) -> None:
+        self.ended_at = math.nan
+        """When start-up ended (the quiet stretch's start, or the CPU cap); NaN: not yet."""
+        self.decided_at = math.nan
+        """When that was known (the quiet stretch's end)."""
+        self._first_cpu = math.nan
+        self._latest: dict[str, tuple[float, float]] = {}
+        self._level = 0.0  # the watched memory's latest reading
+        # (time, CPU seconds, bytes read, file-backed bytes, watched memory) of readings
+        # that held all three loading series
+        self._rows: deque[tuple[float, float, float, float, float]] = deque(maxlen=1024)
+
+    @property
+    def seen(self) -> bool:
+        """Whether every loading series has been read at one time at least once."""
+        return not math.isnan(self._first_cpu)
+
+    def level(self, value: float) -> None:
+        """The latest reading of the memory the detector watches (RSS): a stretch in which
+        it grew by ``QUIET_GROWTH_BYTES`` needs no CPU time to prove the process ran."""
+        if math.isfinite(value):
+            self._level = value
+
+    def reading(self, series: str, t: float, value: float) -> None:
+        """One reading of a ``LOADING_SERIES`` series."""
+        if not math.isnan(self.ended_at) or not math.isfinite(value):
+            return
+        self._latest[series] = (t, value)
+        if len(self._latest) < len(LOADING_SERIES):
+            return
+        if any(self._latest[name][0] != t for name in LOADING_SERIES):
+            return
+        cpu, reads, file = (self._latest[name][1] for name in LOADING_SERIES)
+        if math.isnan(self._first_cpu):
+            self._first_cpu = cpu
+        elif cpu - self._first_cpu >= STARTUP_MAX_CPU_SECONDS:
+            self.ended_at = self.decided_at = t
+            return
+        rows = self._rows
+        level = self._level
+        rows.append((t, cpu, reads, file, level))
+        base = None  # the newest row at least the quiet time and CPU (or growth) before
+        for row in reversed(rows):
+            if row[0] <= t - QUIET_SECONDS and (
+                row[1] <= cpu - QUIET_CPU_SECONDS or row[4] <= level - QUIET_GROWTH_BYTES
+            ):
+                base = row
+                break
+        if base is None:
+            return
+        while rows[0] is not base:  # older rows are never a newer reading's base
+            rows.popleft()
+        if file - base[3] < QUIET_FILE_BYTES and reads - base[2] < QUIET_READ_BYTES:
+            self.ended_at, self.decided_at = base[0], t

@@ -7,6 +7,7 @@ python driftwatch/examples/train_keras.py [--logdir /tmp/tb] [--epochs 50] [--se
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -15,17 +16,23 @@ from common import TimeBudget, arguments, logdir, mlp, regression_data
 
 
 class SlowFrom(keras.callbacks.Callback):  # type: ignore[misc]
-    """Adds ``seconds`` of host work to every step from ``step`` on."""
+    """Adds ``seconds`` of host work to every step from ``step`` on (0: by step never), or
+    from ``after`` seconds after the first step on (0: by time never)."""
 
-    def __init__(self, step: int, seconds: float) -> None:
+    def __init__(self, step: int, seconds: float, after: float = 0.0) -> None:
         super().__init__()
         self.step = step
         self.seconds = seconds
+        self.after = after
         self.steps_done = 0
+        self.slow_at = math.inf  # monotonic time from which steps are slow, set by `after`
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         self.steps_done += 1
-        if self.steps_done >= self.step:
+        if self.steps_done == 1 and self.after > 0:
+            self.slow_at = time.monotonic() + self.after
+        slow_by_step = 0 < self.step <= self.steps_done
+        if slow_by_step or (self.after > 0 and time.monotonic() >= self.slow_at):
             time.sleep(self.seconds)
 
 
@@ -36,6 +43,12 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--log-every", type=int, default=10, help="log scalars every N batches")
     parser.add_argument("--slow-from-step", type=int, default=0, help="0: never slow down")
+    parser.add_argument(
+        "--slow-after-seconds",
+        type=float,
+        default=0.0,
+        help="slow down this long after the first step (0: never; the same at any step rate)",
+    )
     parser.add_argument("--slow-seconds", type=float, default=0.002)
     args = parser.parse_args()
 
@@ -46,8 +59,8 @@ def main() -> None:
         keras.callbacks.TensorBoard(logdir(args), update_freq=args.log_every),
         TimeBudget(args.seconds),
     ]
-    if args.slow_from_step:
-        callbacks.append(SlowFrom(args.slow_from_step, args.slow_seconds))
+    if args.slow_from_step or args.slow_after_seconds:
+        callbacks.append(SlowFrom(args.slow_from_step, args.slow_seconds, args.slow_after_seconds))
     model.fit(
         x,
         y,

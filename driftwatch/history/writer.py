@@ -316,7 +316,8 @@ class RunRecorder:
         self._history = history
         self._run = run
         self._target = target
-        self._sent: dict[tuple[SeriesKey, float], int] = {}  # buckets closed and sent per tier
+        self._sent: dict[SeriesKey, list[int]] = {}  # buckets closed and sent, per tier
+        self._labels_json: dict[SeriesKey, str] = {}
         self._holding: dict[str, _FindingState] = {}
         self._changed: dict[str, _FindingState] = {}  # since the last batch
         self._changes: list[tuple[str, float, str | None]] = []
@@ -350,20 +351,25 @@ class RunRecorder:
         if self._history.failed is not None:
             return
         buckets: list[tuple[str, str, float, Bucket]] = []
-        sent: dict[tuple[SeriesKey, float], int] = {}
+        sent: dict[SeriesKey, list[int]] = {}
         meta: dict[str, str] = {}
         for key, series in store:
             name, labels = key
             if name == "runtime_info" and not self._meta_sent:
                 meta = {label: value for label, value in labels if value}
-            labels_json = _labels_json(labels)
-            for tier in series.tiers:
-                rows = tier.closed_since(self._sent.get((key, tier.width), 0))
+            labels_json = self._labels_json.get(key)
+            if labels_json is None:
+                labels_json = self._labels_json[key] = _labels_json(labels)
+            done = self._sent.get(key)
+            closed = sent[key] = [tier.closed for tier in series.tiers]
+            for index, tier in enumerate(series.tiers):
+                since = done[index] if done else 0
+                rows = tier.closed_since(since) if closed[index] > since else []
                 current = tier.open_bucket()
                 if current is not None:
                     rows.append(current)
-                buckets.extend((name, labels_json, tier.width, row) for row in rows)
-                sent[(key, tier.width)] = tier.closed
+                width = tier.width
+                buckets += [(name, labels_json, width, row) for row in rows]
         batch = _Batch(
             self._target,
             self._run,

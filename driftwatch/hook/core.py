@@ -24,6 +24,7 @@ from driftwatch.channel.env import RUN_ENV
 from driftwatch.channel.ring import ChannelWriter, NullWriter, open_writer
 from driftwatch.channel.wire import RUNTIME_META, SERIES_META, Kind
 from driftwatch.hook.probes import Reading, TensorflowProbes
+from driftwatch.hook.trace import ProfilerTraces
 from driftwatch.series import Labels
 from driftwatch.target import default_run_name
 
@@ -43,6 +44,12 @@ def _process_writer(pid: int, channel_dir: str | None) -> ChannelWriter | NullWr
     import psutil
 
     return open_writer(pid, psutil.Process(pid).create_time(), channel_dir)
+
+
+@functools.cache
+def _process_traces(writer: ChannelWriter) -> ProfilerTraces:
+    """One process's profiler traces, however many hooks share its channel."""
+    return ProfilerTraces(writer)
 
 
 def runtime_versions() -> dict[str, str]:
@@ -112,6 +119,9 @@ class Hook:
         self._next_probe_time = self._perf0 + probe_every_seconds
         self._writer = _process_writer(os.getpid(), channel_dir)
         self._writer.set_meta(self._meta)
+        self._traces = (
+            _process_traces(self._writer) if isinstance(self._writer, ChannelWriter) else None
+        )
         _hooks.add(self)
         self._server: Any = None
         if listen is not None:
@@ -202,11 +212,16 @@ class Hook:
         """Run ``check(hook)`` at every probe (e.g. NaN checks of values read then)."""
         self._probe_checks.append(check)
 
-    def probe(self) -> None:
-        """Read the TensorFlow probes now and send their values; run the probe checks."""
+    def probe(self, final: bool = False) -> None:
+        """Read the TensorFlow probes now and send their values; run the probe checks;
+        handle profiler-trace requests. ``final``: training ends here (a trace stops)."""
         now = time.perf_counter()
         self._next_probe_step = self.global_step + self.probe_every_steps
         self._next_probe_time = now + self.probe_every_seconds
+        if self._traces is not None:
+            stop_at = self._traces.at_probe(self.global_step, now, self._meta, final)
+            if stop_at is not None:
+                self._next_probe_step = min(self._next_probe_step, stop_at)
         for check in list(self._probe_checks):
             try:
                 check(self)
@@ -226,7 +241,7 @@ class Hook:
 
     def close(self) -> None:
         """Flush a last probe and stop serving; the process's channel stays open."""
-        self.probe()
+        self.probe(final=True)
         if self._server is not None:
             self._server.close()
             self._server = None

@@ -168,7 +168,7 @@ class TrainStepRecognizer:
         """A last probe when the job ends: a NaN in its last second is still reported."""
         if self.hook is not None and not self.disabled:
             try:
-                self.hook.probe()
+                self.hook.probe(final=True)
             except Exception as err:  # noqa: BLE001 - never turn a job's exit into an error
                 log.info("driftwatch: last probe failed: %r", err)
 

@@ -84,7 +84,7 @@ class DriftwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]
             self.model.train_function = self._unwrapped
             self._unwrapped = None
         self.hook.boundary()
-        self.hook.probe()
+        self.hook.probe(final=True)
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         self._epoch_start = time.perf_counter()

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
+from driftwatch.capture.store import list_captures, run_dir, trace_logdir
 from driftwatch.detect.stats import theil_sen
+from driftwatch.goodput import Breakdown
 from driftwatch.history.reader import HistoryReader, StoredBucket
 from driftwatch.report.model import Line, Panel, Point, Report, SeriesSummary, TrendLine
 from driftwatch.series import WATCHED, Labels, SeriesKey
@@ -31,7 +34,21 @@ def build(reader: HistoryReader, selector: str | None) -> Report:
     run = reader.run(selector)
     series = reader.series(run.id)
     summaries = [s for key, buckets in sorted(series.items()) if (s := _summary(key, buckets))]
-    return Report(str(reader.path), run, _panels(series), summaries, reader.findings(run.id))
+    goodput = Breakdown.of(
+        {dict(s.labels)["phase"]: s.last[1] for s in summaries if s.series == "wall_seconds"}
+    )
+    findings = reader.findings(run.id)
+    captures = run_dir(Path(reader.path), run.host, run.pid, run.create_time)
+    return Report(
+        str(reader.path),
+        run,
+        _panels(series),
+        summaries,
+        findings,
+        goodput=goodput,
+        captures=list_captures(captures),
+        capture_logdir=str(trace_logdir(captures)),
+    )
 
 
 def _summary(key: SeriesKey, buckets: list[StoredBucket]) -> SeriesSummary | None:

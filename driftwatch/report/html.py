@@ -15,7 +15,7 @@ from driftwatch import __version__
 from driftwatch.findings import KINDS, Severity
 from driftwatch.history.reader import StoredFinding
 from driftwatch.report.model import Line, Panel, Report
-from driftwatch.units import human_seconds, local_time
+from driftwatch.units import human_bytes, human_seconds, local_time
 
 WIDTH, HEIGHT = 880, 240
 LEFT, RIGHT, TOP, BOTTOM = 78, 16, 26, 30
@@ -77,6 +77,8 @@ def render(report: Report) -> str:
         "</dl></div>",
         "<h2>Findings</h2>",
         _findings_table(report.findings),
+        *_goodput(report),
+        *_captures(report),
         "<h2>Signals</h2>",
     ]
     if not report.panels:
@@ -88,6 +90,39 @@ def render(report: Report) -> str:
         f"{local_time(time.time())}</footer></main></body></html>"
     )
     return "\n".join(parts)
+
+
+GOODPUT_COLOURS = {
+    "productive": "#0f766e",
+    "startup": "#9ca3af",
+    "periodic_stall": "#2563eb",
+    "stalled": "#dc2626",
+    "host_overhead": "#d97706",
+}
+"""The colour of each goodput phase in the report's bar."""
+
+
+def _goodput(report: Report) -> list[str]:
+    """Where the wall time went: one bar of the phases, and their seconds."""
+    goodput = report.goodput
+    if goodput is None or not goodput.total > 0:
+        return []
+    bar, legend = [], []
+    for phase, seconds in goodput.seconds.items():
+        share, colour = seconds / goodput.total, GOODPUT_COLOURS[phase]
+        bar.append(f'<div style="width:{share:.2%};background:{colour}"></div>')
+        legend.append(
+            f'<span><span class="swatch" style="background:{colour}"></span>'
+            f"{phase.replace('_', ' ')} {human_seconds(seconds)} ({share:.0%})</span>"
+        )
+    return [
+        "<h2>Goodput</h2>",
+        f'<div class="card"><p style="margin-top:0">{goodput.ratio:.0%} of '
+        f"{human_seconds(goodput.total)} in productive train steps</p>"
+        f'<div style="display:flex;height:14px;border-radius:4px;overflow:hidden">'
+        f'{"".join(bar)}</div><div class="legend" style="margin-top:8px">'
+        f"{''.join(legend)}</div></div>",
+    ]
 
 
 def _span(report: Report) -> tuple[float, float]:
@@ -131,6 +166,30 @@ def _findings_table(findings: list[StoredFinding]) -> str:
         )
     rows.append("</table></div>")
     return "\n".join(rows)
+
+
+def _captures(report: Report) -> list[str]:
+    """The evidence captured at drift, if any: what, when, how big, where."""
+    if not report.captures:
+        return []
+    rows = [
+        "<h2>Captures</h2>",
+        '<div class="card"><table><tr><th>what</th><th>for</th><th>taken</th><th>size</th>'
+        "<th>where</th></tr>",
+    ]
+    for c in report.captures:
+        rows.append(
+            f"<tr><td>{escape(c.what)}</td><td>{escape(c.label)}</td><td>{local_time(c.t)}</td>"
+            f"<td>{human_bytes(c.bytes)}</td><td>{escape(str(c.path))}</td></tr>"
+        )
+    rows.append("</table>")
+    if any(c.what == "trace" for c in report.captures):
+        rows.append(
+            f'<p class="ev">Profiler traces: tensorboard --logdir '
+            f"{escape(report.capture_logdir)} (Profile tab)</p>"
+        )
+    rows.append("</div>")
+    return rows
 
 
 def _kind_title(kind: str) -> str:

@@ -8,7 +8,7 @@ from driftwatch.report.model import Report
 
 
 def to_json(report: Report) -> str:
-    """One JSON document: the run, a summary of each series, the findings."""
+    """One JSON document: the run, a summary of each series, the findings, the captures."""
     run = report.run
     document = {
         "db": report.db,
@@ -36,6 +36,7 @@ def to_json(report: Report) -> str:
             for line in panel.lines
             if line.trend is not None
         ],
+        "goodput": None if report.goodput is None else report.goodput.to_dict(),
         "series": [s.to_dict() for s in report.series],
         "findings": [
             {
@@ -52,5 +53,7 @@ def to_json(report: Report) -> str:
             }
             for f in report.findings
         ],
+        "captures": [c.to_dict() for c in report.captures],
+        "capture_logdir": report.capture_logdir,
     }
     return json.dumps(document, indent=2, sort_keys=True)

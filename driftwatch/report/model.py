@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from driftwatch.capture.store import Capture
+from driftwatch.goodput import Breakdown
 from driftwatch.history.reader import RunRecord, StoredFinding
 from driftwatch.series import Labels
 from driftwatch.units import human_bytes, human_seconds
@@ -85,6 +87,9 @@ class Report:
     panels: list[Panel]
     series: list[SeriesSummary]
     findings: list[StoredFinding]
+    goodput: Breakdown | None = None  # where the wall time went, at the end of the history
+    captures: list[Capture] = field(default_factory=list)  # captured at drift, oldest first
+    capture_logdir: str = ""  # the TensorBoard logdir of its profiler traces
 
     @property
     def start(self) -> float:

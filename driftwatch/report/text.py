@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from driftwatch.report.model import Report
-from driftwatch.units import human_seconds, local_time
+from driftwatch.units import human_bytes, human_seconds, local_time
 
 
 def to_text(report: Report) -> str:
@@ -30,6 +30,8 @@ def to_text(report: Report) -> str:
             note = f"; {line.note}" if line.note else ""
             name = panel.title if len(panel.lines) == 1 else f"{panel.title} ({line.label})"
             lines.append(f"  {name}: {reading}{note}")
+    if report.goodput is not None:
+        lines.append(f"  goodput: {report.goodput.describe()}")
     if report.findings:
         lines.append("findings:")
         for f in report.findings:
@@ -39,4 +41,12 @@ def to_text(report: Report) -> str:
             )
     else:
         lines.append("findings: none")
+    if report.captures:
+        lines.append("captures:")
+        for c in report.captures:
+            lines.append(
+                f"  {c.what} ({c.label}) at {local_time(c.t)}, {human_bytes(c.bytes)}: {c.path}"
+            )
+        if any(c.what == "trace" for c in report.captures):
+            lines.append(f"  traces: tensorboard --logdir {report.capture_logdir}")
     return "\n".join(lines)

@@ -3,9 +3,9 @@
 A ``Sample`` names its series by the table's key (``rss_bytes``, ``step_seconds``, ...), the
 same names a recorded samples file and ``driftwatch analyze`` use. The exporter derives every
 Prometheus metric from this table; adding a signal means adding a row to its source's table
-(``process``, ``host``, ``gpu``, ``training``) and a source that emits it. ``WATCHED`` lists
-the signals a person looks at: the live view's rows, the summary at the end of monitoring and
-the panels of ``driftwatch report``.
+(``process``, ``host``, ``gpu``, ``training``; ``goodput``: the monitor's own accounting) and
+a source that emits it. ``WATCHED`` lists the signals a person looks at: the live view's
+rows, the summary at the end of monitoring and the panels of ``driftwatch report``.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from driftwatch.series.goodput import GOODPUT
 from driftwatch.series.gpu import GPU
 from driftwatch.series.host import HOST
 from driftwatch.series.process import PROCESS
@@ -50,7 +51,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-SERIES: dict[str, SeriesSpec] = {**PROCESS, **HOST, **GPU, **TRAINING}
+SERIES: dict[str, SeriesSpec] = {**PROCESS, **HOST, **GPU, **TRAINING, **GOODPUT}
 """Every series, by the key samples name it with: the sources' tables in one."""
 
 
@@ -103,6 +104,7 @@ WATCHED: dict[str, Watched] = {
     "tracing_count": Watched(view="tf.function", also=("retracing_warnings_total",)),
     "nonfinite_total": Watched(view="non-finite values", also=("hook_nonfinite_total",)),
     "nondisk_write_bytes": Watched(panel="Uploads and other non-disk writes", panel_rank=5),
+    "wall_seconds": Watched(view="goodput", summary="goodput", also=("goodput_ratio",)),
 }
 """The signals a person looks at, keyed by the series each is about, in the live view's order."""
 

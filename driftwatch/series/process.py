@@ -44,4 +44,16 @@ PROCESS: dict[str, SeriesSpec] = {
         "Bytes written by the target that did not go to local storage (uploads, pipes): "
         "write-syscall bytes minus storage write bytes.",
     ),
+    "rss_anon_bytes": SeriesSpec(
+        "driftwatch_process_resident_memory_anon_bytes",
+        "Resident anonymous memory of the target (heap, stacks: RssAnon in /proc/PID/status).",
+    ),
+    "rss_file_bytes": SeriesSpec(
+        "driftwatch_process_resident_memory_file_bytes",
+        "Resident file-backed memory of the target (mapped libraries and files: RssFile).",
+    ),
+    "rss_shmem_bytes": SeriesSpec(
+        "driftwatch_process_resident_memory_shmem_bytes",
+        "Resident shared memory of the target (RssShmem).",
+    ),
 }

@@ -8,11 +8,19 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from driftwatch.channel.paths import ChannelError
 from driftwatch.channel.ring import ChannelReader, Record
-from driftwatch.channel.wire import RUNTIME_META, SERIES_META, VALUE_SERIES, Kind
+from driftwatch.channel.wire import (
+    CAPTURE_META,
+    RUNTIME_META,
+    SERIES_META,
+    VALUE_SERIES,
+    CaptureStatus,
+    Kind,
+)
 from driftwatch.series import (
     MAX_LABEL_SETS,
     RUNTIME_LABELS,
@@ -26,6 +34,17 @@ log = logging.getLogger(__name__)
 
 MAX_SERIES = len(SERIES) * MAX_LABEL_SETS
 """Entries of the hook's series table read at most: more cannot all be admitted anyway."""
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureAnswer:
+    """The hook's answer to a profiler-trace request (a ``CAPTURE`` record)."""
+
+    id: int
+    status: CaptureStatus
+    steps: int  # steps traced
+    t: float
+    error: str  # why it failed, when it did
 
 
 def _series_table(table: object) -> list[tuple[str, Labels | None]]:
@@ -65,11 +84,22 @@ class HookSource:
         self._table_read = False  # whether this tick has re-read the series table
         self._runtime: Labels | None = None  # the job's versions, sent once per connection
         self._runtime_sent = False
+        self._answers: list[CaptureAnswer] = []
 
     @property
     def connected(self) -> bool:
         """Whether the target has a hook whose channel is being read."""
         return self._reader is not None
+
+    @property
+    def path(self) -> Path:
+        """The channel file (which may not exist yet), as this process reaches it."""
+        return self._path
+
+    def take_answers(self) -> list[CaptureAnswer]:
+        """The hook's answers to capture requests read since the last call."""
+        answers, self._answers = self._answers, []
+        return answers
 
     def sample(self, now: float) -> list[Sample]:
         reader = self._reader or self._connect()
@@ -101,6 +131,9 @@ class HookSource:
                 continue
             if record.kind == Kind.STEP:
                 last_step = record
+            elif record.kind == Kind.CAPTURE:
+                self._answers.append(self._answer(reader, record))
+                continue
             if (names := VALUE_SERIES.get(record.kind)) is not None:
                 samples.append(Sample(names[0], record.a, record.t))
                 samples.append(Sample(names[1], record.b, record.t))
@@ -112,6 +145,19 @@ class HookSource:
             samples.append(Sample("runtime_info", 1.0, now, self._runtime))
             self._runtime_sent = True
         return samples
+
+    def _answer(self, reader: ChannelReader, record: Record) -> CaptureAnswer:
+        try:
+            status = CaptureStatus(int(record.a))
+        except ValueError:
+            status = CaptureStatus.FAILED
+        error = ""
+        if status is CaptureStatus.FAILED:
+            entry = reader.meta().get(CAPTURE_META)
+            if isinstance(entry, dict) and entry.get("id") == record.key:
+                error = str(entry.get("error", ""))
+            error = error or "the hook gave no reason"
+        return CaptureAnswer(record.key, status, int(record.b), record.t, error)
 
     def _connect(self) -> ChannelReader | None:
         if not os.path.lexists(self._path):

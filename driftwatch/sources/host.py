@@ -251,3 +251,39 @@ class HostSource:
 
     def close(self) -> None:
         """Nothing to release: every file is opened and closed within a reading."""
+
+
+def describe(
+    pid: int | str = "self", pressure_dir: Path = PRESSURE_DIR, proc: Path = Path("/proc")
+) -> tuple[bool, str]:
+    """For ``driftwatch doctor``: whether host contention can be read here, for a process in
+    the cgroup of ``pid`` (this process's by default): the cgroup version and its CPU
+    throttling counters and quota, and the node's pressure-stall information."""
+    present = [r for r in PRESSURE_RESOURCES if (pressure_dir / r).is_file()]
+    psi = (
+        f"pressure stalls (PSI) of {', '.join(present)}"
+        if present
+        else f"no pressure-stall information ({pressure_dir} missing: kernel before 4.20, "
+        "or CONFIG_PSI off / psi=0)"
+    )
+    try:
+        cgroup = (proc / str(pid) / "cgroup").read_text()
+        mountinfo = (proc / "self" / "mountinfo").read_text()
+    except OSError as err:
+        return bool(present), f"{psi}; the cgroup cannot be read ({err.strerror})"
+    located = cgroup_directory(cgroup, mountinfo, "cpu")
+    if located is None:
+        return bool(present), f"{psi}; no cgroup CPU controller mounted here: no throttling"
+    mount, directory = located
+    version = "v2" if (mount / "cgroup.controllers").is_file() else "v1"
+    levels = counting_cgroups(directory, mount)
+    if not levels:
+        throttling = f"cgroup {version} at {mount}, without throttling counters: no throttling"
+    else:
+        quota = next((level for level in levels if quota_set(level)), None)
+        throttling = f"cgroup {version} CPU throttling counters readable" + (
+            f", CPU quota at {quota}"
+            if quota is not None
+            else " (no CPU quota here: nothing throttles a job in this cgroup)"
+        )
+    return bool(present) or bool(levels), f"{psi}; {throttling}"

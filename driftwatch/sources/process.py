@@ -1,4 +1,5 @@
-"""Process source: memory, CPU, threads, descriptors and I/O of the target, via psutil."""
+"""Process source: memory, CPU, threads, descriptors and I/O of the target (/proc, psutil),
+and the parts of its resident memory (anonymous, file-backed, shared) from ``/proc/PID/status``."""
 
 from __future__ import annotations
 
@@ -13,6 +14,32 @@ from driftwatch.target import Target, translate_psutil
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 UNLIMITED = 1 << 62  # cgroup v1 writes "no limit" as a huge page-rounded number
 LIMIT_REFRESH_SECONDS = 60.0
+STATUS_FIELDS = {
+    b"RssAnon": "rss_anon_bytes",
+    b"RssFile": "rss_file_bytes",
+    b"RssShmem": "rss_shmem_bytes",
+}
+"""``/proc/PID/status`` fields read each tick (memory in kB there), and their series."""
+
+
+def status_values(pid: int) -> dict[str, float]:
+    """Resident memory by kind from ``/proc/PID/status`` (kernels before 4.5 lack these
+    lines)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as status:
+            text = status.read()
+    except (FileNotFoundError, ProcessLookupError) as err:
+        raise psutil.NoSuchProcess(pid) from err
+    except PermissionError as err:
+        raise psutil.AccessDenied(pid) from err
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        key, _, rest = line.partition(b":")
+        series = STATUS_FIELDS.get(key)
+        if series is not None:
+            number = float(rest.split()[0])
+            values[series] = number * 1024
+    return values
 
 
 def _cgroup_limit(directory: Path, name: str) -> float:
@@ -48,7 +75,8 @@ def memory_limit(pid: int) -> float:
 
 
 class ProcessSource:
-    """Reads the target's ``psutil.Process`` (kept between ticks) inside one ``oneshot()``."""
+    """Reads the target's ``/proc/PID/stat`` once per sample (liveness, CPU, threads,
+    memory), and its descriptors and I/O counters through its ``psutil.Process``."""
 
     name = "process"
 
@@ -60,26 +88,25 @@ class ProcessSource:
     def sample(self, now: float) -> list[Sample]:
         target = self._target
         process = target.process
-        with translate_psutil(target.pid, "the process statistics"), process.oneshot():
-            target.check_alive()  # its status comes from the stat file the oneshot reads
-            rss = process.memory_info().rss
-            cpu = process.cpu_times()
-            threads = process.num_threads()
+        stat = target.read_stat()  # alive, same process, not a zombie: from the same read
+        with translate_psutil(target.pid, "the process statistics"):
+            status = status_values(target.pid)
             fds = process.num_fds()
             io = process.io_counters()
         # read_chars/write_chars exist on Linux only; the stubs do not know the platform.
         read_chars: int = getattr(io, "read_chars", 0)
         write_chars: int = getattr(io, "write_chars", 0)
         values = {
-            "rss_bytes": rss,
-            "cpu_seconds": cpu.user + cpu.system,
-            "threads": threads,
+            "rss_bytes": stat.rss_bytes,
+            "cpu_seconds": stat.cpu_seconds,
+            "threads": stat.threads,
             "open_fds": fds,
             "read_bytes": io.read_bytes,
             "write_bytes": io.write_bytes,
             "read_syscall_bytes": read_chars,
             "write_syscall_bytes": write_chars,
             "nondisk_write_bytes": max(0, write_chars - io.write_bytes),
+            **status,
         }
         if now - self._limit_read_at >= LIMIT_REFRESH_SECONDS:
             self._limit = memory_limit(target.pid)

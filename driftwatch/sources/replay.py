@@ -54,14 +54,14 @@ def event_files(logdir: Path) -> list[str]:
 def replay_logdir(
     logdir: Path, resolution: float = 1.0, progress: Progress | None = None
 ) -> Iterator[Sample]:
-    """The samples of the run logged in ``logdir``.
+    """The samples of the run logged in ``logdir`` (a directory, or one event file).
 
     Each file's size as of each record comes from the record lengths, so event-file growth
     over the run is known without having watched it; step progress and non-finite values
     are read as ``EventFileSource`` reads them. Series other than ``step_seconds`` are
     emitted at most once per ``resolution`` seconds of the run's wall time.
     """
-    paths = event_files(logdir)
+    paths = [str(logdir)] if logdir.is_file() else event_files(logdir)
     total = 0
     for path in paths:
         try:

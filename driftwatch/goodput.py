@@ -1,0 +1,310 @@
+"""Goodput: where a run's wall time went, by phase, from the step records the sources already
+give (``step_seconds``, ``step_gap_seconds``) and the stall rule of the ``stalled`` finding.
+
+Pure, like the detectors: samples in, seconds per phase out, no clock of its own. The monitor
+stores its ``wall_seconds{phase}`` counters and ``goodput_ratio`` after each tick (so they are
+exported, recorded in the history and read back by ``driftwatch report``); ``driftwatch
+analyze`` replays a recording through it. How each phase is told apart, and what goodput is
+not: docs/goodput.md.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import statistics
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from driftwatch.detect.basic import StallDetector
+from driftwatch.detect.periodic_stalls import (
+    CHAIN_TOLERANCE,
+    CLOCK_RESOLUTION,
+    LOWER_TAIL_SPREAD,
+    MAX_STEPS_JUMP,
+    NOISE_Z,
+    REFERENCE_REFRESH,
+    REFERENCE_SAMPLES,
+    STALL_FACTOR,
+)
+from driftwatch.series import Sample
+from driftwatch.units import human_seconds
+
+PHASES = ("productive", "startup", "periodic_stall", "stalled", "host_overhead")
+"""The phases wall time is split into, in the order they are shown."""
+STALL_STAMP_SECONDS = 1.0
+"""Seconds of step records between two step times told to the stall rule: about as often as
+a live monitor reads the latest step (its usual interval between steps is the rule's)."""
+TAKEN_FIRST = ("productive", "host_overhead", "periodic_stall", "startup", "stalled")
+"""Phases that give back time first when a provisional reading (a stall still going on)
+turns out longer than what the steps settle: the exported counters never go down."""
+
+
+@dataclass(frozen=True, slots=True)
+class Breakdown:
+    """Wall time watched, in seconds per phase (every phase of ``PHASES``)."""
+
+    seconds: Mapping[str, float]
+
+    @property
+    def total(self) -> float:
+        return sum(self.seconds.values())
+
+    @property
+    def ratio(self) -> float:
+        """Goodput: the productive share of the wall time accounted for; NaN with none."""
+        total = self.total
+        return self.seconds["productive"] / total if total > 0 else math.nan
+
+    @classmethod
+    def of(cls, seconds: Mapping[str, float]) -> Breakdown | None:
+        """The breakdown of per-phase ``seconds`` read back (a history, a snapshot); None
+        when they hold no phase."""
+        if not any(phase in seconds for phase in PHASES):
+            return None
+        return cls({phase: float(seconds.get(phase, 0.0)) for phase in PHASES})
+
+    def describe(self) -> str:
+        """One line: the goodput, then each phase that took any time."""
+        if not self.total > 0:
+            return "no wall time accounted for yet"
+        parts = ", ".join(
+            f"{phase.replace('_', ' ')} {human_seconds(self.seconds[phase])} "
+            f"({self.seconds[phase] / self.total:.0%})"
+            for phase in PHASES
+            if self.seconds[phase] > 0
+        )
+        return f"{self.ratio:.0%} of {human_seconds(self.total)}: {parts}"
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "ratio": self.ratio if math.isfinite(self.ratio) else None,
+            "wall_seconds": self.total,
+            "seconds": dict(self.seconds),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class _Record:
+    """One step record: the ``steps`` steps of its period ended at ``t`` and took ``step``
+    seconds each, ``gap`` of which outside the train step."""
+
+    t: float
+    step: float
+    gap: float
+    steps: int
+
+
+class GoodputAccount:
+    """Splits the wall time from ``started`` (None: the first sample observed) into
+    ``PHASES`` as step records come.
+
+    Each record's period (its steps at their step time) is productive, less its share
+    outside the train step (``step_gap_seconds``, from the hook: host overhead). A period
+    that stands out as ``PeriodicStallDetector`` tells a stall (above the band of the recent
+    step times, and longer than its steps at the typical step time by over
+    ``STALL_FACTOR - 1`` typical steps) keeps its steps' typical time and the rest is a
+    pause, taken from its time outside the step first. Time no record covers (validation,
+    an epoch's end) is a pause too. A pause is ``stalled`` when the stall rule
+    (``StallDetector``: no step for 120 s, ten usual intervals or twice the longest recent
+    validation, the longest) holds at its end, else a ``periodic_stall``. Until the first
+    step record ends is ``startup``, with the first period's time past the next one's step
+    time (tracing, compiling). Time after the latest record is settled by the next one;
+    until then only a stall the rule already calls one is counted; once the run has ended,
+    the time after its last step is host overhead (evaluation, saving, exiting).
+    """
+
+    series = frozenset({"step_seconds", "step_gap_seconds", "validation_seconds"})
+
+    def __init__(self, started: float | None = None) -> None:
+        self._start = math.nan if started is None else started
+        self._settled = dict.fromkeys(PHASES, 0.0)
+        self._settled_at = self._start  # the wall time before this is in ``_settled``
+        self._exported = dict.fromkeys(PHASES, 0.0)
+        self._end = math.nan  # the latest record's end
+        self._steps_per_record = 1
+        self._seen = False  # whether any step record came
+        self._first: _Record | None = None  # the first record after start, held for its typical
+        self._startup_over = False
+        self._open: tuple[float, float] | None = None  # a step record waiting for its gap
+        self._recent: deque[float] = deque(maxlen=REFERENCE_SAMPLES)
+        self._since_refresh = 0
+        self._typical = math.nan  # seconds per step: the median of those below the band
+        self._band = math.nan  # seconds per step: a period slower than this stands out
+        self._stall = StallDetector()  # fed the records' ends: its rule, on step records
+        self._stall_fed = -math.inf  # the latest record end it was fed
+
+    # -- input ---------------------------------------------------------------------------
+
+    def observe(self, sample: Sample) -> None:
+        if math.isnan(self._start):
+            self._start = self._settled_at = sample.t
+        if sample.series == "step_seconds":
+            self._close_open()
+            if 0 < sample.value < math.inf and math.isfinite(sample.t):
+                self._open = (sample.t, sample.value)
+        elif sample.series == "step_gap_seconds":
+            if self._open is not None and self._open[0] == sample.t:
+                gap = sample.value if 0 <= sample.value < math.inf else 0.0
+                self._record(self._open[0], self._open[1], gap)
+                self._open = None
+        elif sample.series == "validation_seconds":
+            self._stall.observe(sample)
+
+    def _close_open(self) -> None:
+        """The step record waiting for its gap has none (event files give none)."""
+        if self._open is not None:
+            self._record(self._open[0], self._open[1], 0.0)
+            self._open = None
+
+    def _record(self, t: float, step: float, gap: float) -> None:
+        steps = self._chained_steps(t, step)
+        self._seen = True
+        if t <= self._settled_at:  # before watching began, or out of order: not counted
+            self._startup_over = True  # the run was training before it was watched
+            self._end = max(self._end, t) if math.isfinite(self._end) else t
+            self._note_step(step)
+            return
+        if not self._startup_over and self._first is None:
+            self._first = _Record(t, step, min(gap, step), steps)  # held for the next's step
+            self._end = t
+            return
+        self._note_step(step)
+        if self._first is not None:  # its steps: as many as the next one's, which chains to it
+            self._settle_first(replace(self._first, steps=steps), typical=step)
+        self._settle(t, step, min(gap, step), steps)
+
+    def _chained_steps(self, t: float, step: float) -> int:
+        """The steps of a record whose period starts where the previous one ended; else as
+        many as the latest chained record held (a pause came between them)."""
+        if math.isfinite(self._end):
+            interval = t - self._end
+            steps = round(interval / step)
+            jump = self._steps_per_record * MAX_STEPS_JUMP if self._startup_over else steps
+            if 1 <= steps <= jump and abs(interval - steps * step) <= (
+                CHAIN_TOLERANCE * step + CLOCK_RESOLUTION
+            ):
+                self._steps_per_record = steps
+        return self._steps_per_record
+
+    def _note_step(self, step: float) -> None:
+        """The typical step time and the band above which one stands out, from the recent
+        step times, as ``PeriodicStallDetector`` computes them (10 of them or more)."""
+        self._recent.append(step)
+        self._since_refresh += 1
+        if self._since_refresh < REFERENCE_REFRESH and len(self._recent) != 10:
+            return
+        self._since_refresh = 0
+        ordered = sorted(self._recent)
+        low, quartile = ordered[len(ordered) // 20], ordered[len(ordered) // 4]
+        self._band = quartile + NOISE_Z * (quartile - low) / LOWER_TAIL_SPREAD
+        self._typical = statistics.median(ordered[: bisect.bisect_right(ordered, self._band)])
+
+    def _stall_sync(self) -> None:
+        """Tell the stall rule of the latest record's end, before it is asked (it is asked at
+        each reading and at each pause: as often as the live detector learns of steps)."""
+        if self._end > self._stall_fed:
+            self._stall_fed = self._end
+            self._stall.observe(Sample("step_timestamp", self._end, self._end))
+
+    # -- settling ------------------------------------------------------------------------
+
+    def _settle_first(self, record: _Record, typical: float) -> None:
+        """Start-up: until the first period began, and the first period's time past the
+        ``typical`` step (the next one's: tracing and compiling the train function)."""
+        self._first = None
+        self._startup_over = True
+        period_start = max(self._settled_at, record.t - record.steps * record.step)
+        self._settled["startup"] += period_start - self._settled_at
+        work = min(record.t - period_start, record.steps * min(record.step, typical))
+        self._settled["startup"] += record.t - period_start - work
+        self._split_work(work, record.gap / record.step, record.t - period_start)
+        self._settled_at = record.t
+
+    def _settle(self, t: float, step: float, gap: float, steps: int) -> None:
+        span_start = self._settled_at
+        period_start = max(span_start, t - steps * step)
+        work = t - period_start
+        if step > self._band:  # a pause ended this period: its steps' time is work
+            usual = steps * self._typical
+            if steps * step - usual > (STALL_FACTOR - 1) * self._typical:
+                work = min(work, usual)
+        pause = t - span_start - work
+        if pause <= CHAIN_TOLERANCE * step + CLOCK_RESOLUTION:  # the periods chain
+            work, pause = work + pause, 0.0
+        if pause > 0:
+            self._settled[self._pause_phase(t)] += pause
+        self._split_work(work, gap / step, t - period_start)
+        self._settled_at = self._end = t
+        if t - self._stall_fed >= STALL_STAMP_SECONDS:
+            self._stall_sync()
+
+    def _split_work(self, work: float, gap_share: float, period: float) -> None:
+        """``work`` of the ``period`` a record covers is productive, less its time outside
+        the train step (``gap_share`` of the period); a pause in the period is taken from
+        that time first (a checkpoint or a slow callback runs outside the step)."""
+        host = min(work, max(0.0, period * gap_share - (period - work)))
+        self._settled["host_overhead"] += host
+        self._settled["productive"] += work - host
+
+    def _pause_phase(self, end: float) -> str:
+        self._stall_sync()
+        stalled = self._stall.evaluate(end).findings or self._exported_past("stalled")
+        return "stalled" if stalled else "periodic_stall"
+
+    def _exported_past(self, phase: str) -> bool:
+        """Whether more of ``phase`` was exported than is settled: a provisional reading."""
+        return self._exported[phase] > self._settled[phase] + CLOCK_RESOLUTION
+
+    # -- output --------------------------------------------------------------------------
+
+    def breakdown(self, now: float, *, final: bool = False) -> Breakdown | None:
+        """Seconds per phase of the wall time watched up to ``now`` (``final``: the run has
+        ended there); None before any step record. Each phase only grows from one call to
+        the next (they are exported as counters)."""
+        self._close_open()
+        if not self._seen:
+            return None
+        self._stall_sync()
+        stalled = bool(self._stall.evaluate(now).findings)
+        if self._first is not None and (final or stalled):  # no next record will come soon
+            self._settle_first(self._first, typical=self._first.step)
+        seconds = dict(self._settled)
+        open_span = now - self._settled_at
+        if open_span > 0 and self._first is None:
+            if stalled:
+                seconds["stalled"] += open_span
+            elif final:  # after the last step: evaluation, saving, shutting down
+                seconds["host_overhead"] += open_span
+        if final and open_span > 0:
+            self._settled, self._settled_at = dict(seconds), now
+        return Breakdown(self._monotone(seconds))
+
+    def _monotone(self, seconds: dict[str, float]) -> dict[str, float]:
+        """``seconds``, with no phase below what was exported before: a provisional reading
+        that the steps settled shorter keeps its time, taken from other phases' growth."""
+        owed = 0.0
+        for phase in PHASES:
+            if seconds[phase] < self._exported[phase]:
+                owed += self._exported[phase] - seconds[phase]
+                seconds[phase] = self._exported[phase]
+        for phase in TAKEN_FIRST:
+            taken = min(owed, seconds[phase] - self._exported[phase])
+            seconds[phase] -= taken
+            owed -= taken
+        self._exported = dict(seconds)
+        return seconds
+
+    def samples(self, now: float, *, final: bool = False) -> list[Sample]:
+        """``wall_seconds{phase}`` and ``goodput_ratio`` at ``now``; none before a step."""
+        breakdown = self.breakdown(now, final=final)
+        if breakdown is None:
+            return []
+        samples = [
+            Sample("wall_seconds", seconds, now, (("phase", phase),))
+            for phase, seconds in breakdown.seconds.items()
+        ]
+        if math.isfinite(breakdown.ratio):
+            samples.append(Sample("goodput_ratio", breakdown.ratio, now))
+        return samples

@@ -1,0 +1,329 @@
+"""Goodput (issue 13, Deliver 6): where a run's wall time went, by phase, and the phases add up
+to the wall time watched.
+
+Each test states its trace's expected breakdown in its docstring, worked out by hand from the
+trace before the accounting was run. Synthetic traces are the hook's step records (one
+``step_seconds`` and one ``step_gap_seconds`` per period) or the event files' samples (one
+``step_seconds`` per logged interval, no gap); the last test is a real Keras run with
+validation under ``driftwatch run``, read back with ``driftwatch report``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from driftwatch.channel.paths import ensure_private_dir
+from driftwatch.channel.ring import ChannelWriter
+from driftwatch.channel.wire import Kind
+from driftwatch.goodput import PHASES, Breakdown, GoodputAccount
+from driftwatch.monitor import Monitor
+from driftwatch.series import Sample
+from driftwatch.sources.hook import HookSource
+from driftwatch.target import TargetInfo
+from driftwatch.view import render_summary, signal_rows
+from tests.conftest import REPO, TF_ENV, promtool_check_metrics, run_cli
+from tests.test_exporter import samples_of, scrape
+from tests.test_hook_source import CREATE_TIME, PID, PROCESS
+from tests.test_periodic_stalls import logged, paused, replayed, step_times
+
+T0 = 1_700_000_000.0
+
+
+class Trace:
+    """Hook records written as a job runs: ``step`` advances the clock by one period."""
+
+    def __init__(self, account: GoodputAccount, t: float = T0) -> None:
+        self.account, self.t = account, t
+
+    def step(self, seconds: float, gap: float = 0.0) -> None:
+        self.t += seconds
+        self.account.observe(Sample("step_seconds", seconds, self.t))
+        self.account.observe(Sample("step_gap_seconds", gap, self.t))
+
+    def pause(self, seconds: float) -> None:
+        """Time no record covers (validation, an epoch's end: the hook closes its period)."""
+        self.t += seconds
+
+
+def seconds_of(breakdown: Breakdown | None) -> dict[str, float]:
+    assert breakdown is not None
+    return dict(breakdown.seconds)
+
+
+def test_a_hooked_run_with_checkpoints_validation_and_a_hang_adds_up_to_its_wall_time() -> None:
+    """5 s of start-up, a first step of 2 s (tracing), then 10 epochs of 100 steps of 0.1 s
+    (0.01 s of each outside the train step); step 50 of each epoch also saves a checkpoint
+    in a callback (3 s more, outside the step); a 5-s validation after each epoch; after the
+    5th validation the job hangs for 200 s before its next step; 4 s after the last
+    validation (saving, exiting) the process ends.
+
+    Expected: startup 5 + (2 - 0.1) = 6.9 s; stalled 5 + 200 = 205 s (the 5th validation
+    and the hang are one silence, past the stall limit of 120 s: all of it); periodic_stall
+    10 x 3 + 8 x 5 = 70 s (the last validation comes after the last step); host_overhead
+    1000 x 0.01 + 5 + 4 = 19 s (after the last step: host overhead); productive
+    1000 x 0.09 + 0.1 = 90.1 s; 391 s in all, the wall time from start to end; goodput
+    90.1 / 391 = 23 %."""
+    account = GoodputAccount(started=T0)
+    trace = Trace(account)
+    trace.pause(5.0)
+    trace.step(2.0)
+    for epoch in range(10):
+        for step in range(1, 101):
+            if step == 50:
+                trace.step(3.1, gap=3.01)
+            else:
+                trace.step(0.1, gap=0.01)
+        trace.pause(5.0)
+        if epoch == 4:
+            trace.pause(200.0)
+    end = trace.t - 5.0 + 4.0 + 5.0  # the last validation, then 4 s to exit
+    seconds = seconds_of(account.breakdown(end, final=True))
+    assert seconds == pytest.approx(
+        {
+            "startup": 6.9,
+            "periodic_stall": 70.0,
+            "stalled": 205.0,
+            "host_overhead": 19.0,
+            "productive": 90.1,
+        },
+        abs=1e-4,
+    )
+    assert sum(seconds.values()) == pytest.approx(end - T0, abs=1e-4)
+    assert Breakdown(seconds).ratio == pytest.approx(90.1 / 391.0, abs=1e-6)
+
+
+def test_a_hang_counts_as_stalled_while_it_lasts_and_no_phase_ever_goes_down() -> None:
+    """Steps of 0.5 s for a minute, then no step for 300 s, then steps again; read every 1 s
+    as a monitor would. Expected: stalled stays 0 until the stall limit (120 s) has passed,
+    then counts the whole silence so far (121 s at 121 s) and grows by 1 s a tick; when steps
+    come back the silence (300 s less the resuming step's 0.5 s) is stalled; every phase
+    only grows from one reading to the next; between readings, what is counted lags the
+    wall time by at most one step and one reading (0.5 + 1 s) outside the hang."""
+    account = GoodputAccount(started=T0)
+    trace = Trace(account)
+    readings: list[tuple[float, dict[str, float]]] = []
+    for tick in range(1, 600):
+        now = T0 + tick
+        in_hang = T0 + 60 < now <= T0 + 360
+        while trace.t + 0.5 <= now and not in_hang:
+            trace.step(0.5, gap=0.05)
+        if in_hang and trace.t < T0 + 60:
+            trace.step(0.5, gap=0.05)
+        if not in_hang and now > T0 + 360 and trace.t < T0 + 360:
+            trace.t = T0 + 360 - 0.5  # the hang ends: the next step ends at 360.0
+        readings.append((now, seconds_of(account.breakdown(now))))
+    for (_, before), (_, after) in itertools.pairwise(readings):
+        assert all(after[phase] >= before[phase] for phase in PHASES)
+    by_time = dict(readings)
+    assert by_time[T0 + 170]["stalled"] == 0
+    assert by_time[T0 + 181]["stalled"] == pytest.approx(121.0, abs=1.0)
+    assert by_time[T0 + 250]["stalled"] == pytest.approx(190.0, abs=1.0)
+    final = by_time[T0 + 599]
+    assert final["stalled"] == pytest.approx(299.5, abs=0.6)
+    for now, seconds in readings:
+        if not T0 + 60 < now <= T0 + 181:
+            assert -1e-6 <= now - T0 - sum(seconds.values()) <= 1.5
+
+
+@pytest.mark.parametrize("every", [1, 10, 100])
+def test_a_5_s_validation_every_200_steps_is_a_fifth_of_the_wall_time_whatever_the_logging(
+    every: int,
+) -> None:
+    """The periodic-stall detector's scenario: steps of 0.1 s (mean 0.105 s with rare
+    20-fold hiccups), a 5-s validation after every 200th, logged every step (the hook, no
+    gap samples here), every 10 or every 100 steps (TensorBoard scalars). Expected:
+    periodic_stall about 22 %: the validations, 5 s of every 26 s (19 %), and the hiccups,
+    pauses by the same rule (0.2 % of steps lasting 2 s more: 0.004 s per step of 0.13 s on
+    average, 3 %); the rest productive, nothing stalled; the phases add up to the span of
+    the samples."""
+    samples = logged(paused(step_times(20_000, 0.1, seed=1), 200, 5.0), every)
+    account = GoodputAccount(started=samples[0].t - samples[0].value * every)
+    for sample in samples:
+        account.observe(sample)
+    breakdown = account.breakdown(samples[-1].t, final=True)
+    assert breakdown is not None
+    shares = {phase: seconds / breakdown.total for phase, seconds in breakdown.seconds.items()}
+    assert 0.20 < shares["periodic_stall"] < 0.25
+    assert 0.75 < shares["productive"] < 0.80
+    assert shares["stalled"] == 0
+    assert breakdown.total == pytest.approx(samples[-1].t - account_start(samples, every))
+
+
+def account_start(samples: list[Sample], every: int) -> float:
+    return samples[0].t - samples[0].value * every
+
+
+def test_the_hook_records_of_the_checkpoints_example_put_its_checkpoints_in_pauses() -> None:
+    """The hook's records of ``examples/checkpoints.py`` (40 s; a checkpoint every 300 steps
+    of about 12 ms; tests/data/periodic_stalls). The periodic-stall detector puts the
+    checkpoints at 1 % to 10 % of the wall time; 16 of the records do not chain to the one
+    before (the ends of ``fit``'s epochs, where the hook closes its period): 7.36 s that no
+    record covers. Expected: periodic_stall those 7.36 s and the checkpoints (1 % to 10 % of
+    the wall time); start-up about the first record's 1.2 s (tracing the train function);
+    the phases add up to the records' span."""
+    samples = replayed("checkpoints_hook_steps.json")
+    start = samples[0].t - samples[0].value
+    account = GoodputAccount(started=start)
+    for sample in samples:
+        account.observe(sample)
+    breakdown = account.breakdown(samples[-1].t, final=True)
+    assert breakdown is not None
+    checkpoints = breakdown.seconds["periodic_stall"] - 7.36
+    assert 0.01 < checkpoints / breakdown.total < 0.1
+    assert 1.1 < breakdown.seconds["startup"] < 1.3
+    assert breakdown.total == pytest.approx(samples[-1].t - start)
+
+
+def test_a_run_watched_from_its_middle_has_no_startup() -> None:
+    """Records from before monitoring began (the hook's ring keeps them), then 10 s of steps
+    of 0.1 s. Expected: no start-up; 10 s productive; the records before the start left
+    out."""
+    account = GoodputAccount(started=T0)
+    trace = Trace(account, t=T0 - 30)
+    while trace.t < T0 + 10 - 1e-9:
+        trace.step(0.1)
+    seconds = seconds_of(account.breakdown(trace.t))
+    assert seconds["startup"] == 0
+    assert seconds["productive"] == pytest.approx(10.0, abs=0.11)
+
+
+def test_no_step_no_goodput() -> None:
+    """A process that never trains: no breakdown and no samples (the series appear with the
+    first step record)."""
+    account = GoodputAccount(started=T0)
+    assert account.breakdown(T0 + 100) is None
+    assert account.samples(T0 + 100) == []
+
+
+def test_analyze_prints_the_goodput_of_a_samples_file(tmp_path: Path) -> None:
+    """A samples file of hook records: 2 s before the first record, 600 steps of 0.1 s with
+    a 3-s pause every 100 steps (5 of them between records, as validation is). Expected:
+    ``driftwatch analyze`` prints a goodput line: startup 2 s + the first step's excess
+    (none: 0.1 s like the rest), periodic stall 15 s, productive 60 s; 77 s in all, 78 %."""
+    lines, t = [{"t": T0, "series": "rss_bytes", "value": 1e8}], T0 + 2.0
+    for step in range(1, 601):
+        t += 0.1
+        lines.append({"t": t, "series": "step_seconds", "value": 0.1})
+        if step % 100 == 0 and step < 600:
+            t += 3.0
+    path = tmp_path / "samples.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    result = run_cli("analyze", str(path))
+    assert result.returncode == 0, result.stderr
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith("goodput:")]
+    assert line.startswith("goodput: 78% of 77.0 s: productive 60.0 s (78%), startup 2.0 s")
+    assert "periodic stall 15.0 s (19%)" in line
+
+
+@pytest.mark.tf
+def test_a_real_keras_run_with_validation_accounts_for_its_wall_time(tmp_path: Path) -> None:
+    """``driftwatch run`` (default flags) of scenarios/healthy_fit_validation.py for 8 s:
+    ``fit`` with validation after each epoch of 512 batches. Expected, from
+    ``driftwatch report --json``: start-up (importing TensorFlow, building the model,
+    tracing the first step) of a second or more; periodic_stall (the validations) more than
+    0; productive steps more than 0; nothing stalled; the phases add up to the wall time
+    from the process's start to the last sample, within a sampling interval (1 s); the
+    summary printed at the end, the text report and the HTML page say the same goodput."""
+    env = {**TF_ENV, "XDG_DATA_HOME": str(tmp_path)}
+    scenario = REPO / "scenarios" / "healthy_fit_validation.py"
+    job = [sys.executable, str(scenario), "--seconds", "8", "--logdir", str(tmp_path / "logs")]
+    command = [sys.executable, "-m", "driftwatch", "run", "--listen", "127.0.0.1:0", "--", *job]
+    done = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, **env},
+        cwd=REPO,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    printed = (done.stdout + done.stderr).splitlines()
+    summary = [line.strip() for line in printed if line.strip().startswith("goodput: ")]
+    report = subprocess.run(
+        [sys.executable, "-m", "driftwatch", "report", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **env},
+        check=False,
+    )
+    assert report.returncode == 0, report.stderr
+    document = json.loads(report.stdout)
+    goodput = document["goodput"]
+    seconds = goodput["seconds"]
+    assert seconds["startup"] > 1.0
+    assert seconds["periodic_stall"] > 0
+    assert seconds["productive"] > 0
+    assert seconds["stalled"] == 0
+    run = document["run"]
+    watched = run["last_seen"] - run["create_time"]
+    assert math.isclose(sum(seconds.values()), watched, abs_tol=1.0)
+    assert 0 < goodput["ratio"] < 1
+    assert summary, printed[-20:]
+    assert f"{goodput['ratio']:.0%} of " in summary[-1]
+    page = tmp_path / "report.html"
+    text = subprocess.run(
+        [sys.executable, "-m", "driftwatch", "report", "--html", str(page)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **env},
+        check=False,
+    )
+    assert f"  goodput: {goodput['ratio']:.0%} of " in text.stdout
+    html = page.read_text()
+    assert "<h2>Goodput</h2>" in html
+    assert f"{goodput['ratio']:.0%} of " in html
+
+
+def test_a_monitor_exports_goodput_counters_that_promtool_accepts(
+    tmp_path: Path, promtool: str
+) -> None:
+    """A hook channel of a process started at 0 s: its first period (1 s, tracing) starts
+    at 2 s, then 80 steps of 0.1 s, 0.02 s of each outside the train step; a monitor reads
+    it at 12 s. Expected on /metrics, for run "train": startup 2 + 0.9 = 2.9 s, productive
+    0.1 + 80 x 0.08 = 6.5 s, host_overhead 80 x 0.02 = 1.6 s, the pauses 0; 11.0 s in all,
+    to the last record's end; goodput_ratio 6.5 / 11 = 0.59; promtool finds nothing to
+    say of the exposition; the live view's goodput row and the summary read the same."""
+    writer = ChannelWriter.create(ensure_private_dir(tmp_path / "dw"), PROCESS, CREATE_TIME)
+    t, step = CREATE_TIME + 3.0, 1
+    writer.write(Kind.STEP, step, t, 1.0, 0.0)
+    for _ in range(80):
+        t, step = t + 0.1, step + 1
+        writer.write(Kind.STEP, step, t, 0.1, 0.02)
+    info = TargetInfo(PID, CREATE_TIME, "python", ("python",), "ml", os.geteuid())
+    monitor = Monitor("train", info, [HookSource(writer.path)], clock=lambda: CREATE_TIME + 12)
+    snapshot = monitor.tick()
+    text = scrape([snapshot])
+    exported = samples_of(text)
+    phases = {
+        dict(labels)["phase"]: value
+        for (name, labels), value in exported.items()
+        if name == "driftwatch_wall_seconds_total" and dict(labels)["run"] == "train"
+    }
+    assert phases == pytest.approx(
+        {
+            "startup": 2.9,
+            "productive": 6.5,
+            "host_overhead": 1.6,
+            "periodic_stall": 0.0,
+            "stalled": 0.0,
+        },
+        abs=1e-4,  # the ring stores step times as 32-bit floats
+    )
+    assert exported[("driftwatch_goodput_ratio", (("run", "train"),))] == pytest.approx(6.5 / 11)
+    result = promtool_check_metrics(promtool, text)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip() == "", result.stdout
+    assert ("goodput", "59% (6.5 s in steps of 11.0 s)") in signal_rows(snapshot)
+    summary = render_summary(snapshot, [], "process 4242 has exited", CREATE_TIME)
+    assert "  goodput: 59% of 11.0 s: productive 6.5 s (59%), startup 2.9 s (26%), " in summary
