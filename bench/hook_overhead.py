@@ -32,10 +32,12 @@ Macro benchmark
 
     Two more configurations train the same model for the same steps with a custom loop
     (a ``tf.function`` train step with ``GradientTape`` and the compiled optimizer, called
-    once per batch of tensors sliced beforehand): ``loop: none``, without driftwatch, and
-    ``loop: driftwatch``, with ``driftwatch.hook.custom_loop``'s two patches switched on
-    (what ``driftwatch run`` installs; they are switched off for every other configuration)
-    and its train step recognised; their ratios are to ``loop: none``.
+    once per batch of a ``tf.data`` pipeline over the same arrays, ``for x, y in dataset``):
+    ``loop: none``, without driftwatch, and ``loop: driftwatch``, with
+    ``driftwatch.hook.custom_loop``'s three patches switched on (what ``driftwatch run``
+    installs: the train step, gradients, and the ``tf.data`` iterator's ``next``, whose
+    wait is timed; they are switched off for every other configuration) and its train step
+    recognised; their ratios are to ``loop: none``.
 
     Each configuration gets its own model, built identically (same seed) and compiled
     once, and its own callback instances, created once; one warm-up ``fit`` per
@@ -292,15 +294,12 @@ LOOP_NAMES = ("loop: none", "loop: driftwatch")
 
 class CustomLoop:
     """The same model trained by a custom loop: a ``tf.function`` train step with
-    ``GradientTape`` called once per batch (batches sliced once, beforehand)."""
+    ``GradientTape`` called once per batch of a ``tf.data`` pipeline (``for x, y in``)."""
 
     def __init__(self, model: Any, x: np.ndarray, y: np.ndarray, batch_size: int) -> None:
         import tensorflow as tf
 
-        self.batches = [
-            (tf.constant(x[i : i + batch_size]), tf.constant(y[i : i + batch_size]))
-            for i in range(0, len(x), batch_size)
-        ]
+        self.batches = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size)
         import keras
 
         optimizer = model.optimizer
@@ -329,6 +328,7 @@ class LoopHooks:
 
     def __init__(self) -> None:
         import tensorflow as tf
+        from tensorflow.python.data.ops import iterator_ops
 
         from driftwatch.hook import custom_loop
         from driftwatch.hook.core import Hook
@@ -337,17 +337,27 @@ class LoopHooks:
         self.recognizer = custom_loop.TrainStepRecognizer(self.hook)
         self._function_class = type(tf.function(bare_train_function))
         self._tape_class = tf.GradientTape
-        plain = (self._function_class.__call__, self._tape_class.gradient)
+        self._iterator_class = iterator_ops.OwnedIterator
+        plain = self._methods_now()
         custom_loop.patch_function_call(self._function_class, self.recognizer)
         custom_loop.patch_gradient(self._tape_class, self.recognizer)
-        self._methods = {
-            False: plain,
-            True: (self._function_class.__call__, self._tape_class.gradient),
-        }
+        custom_loop.patch_iterator_next(self._iterator_class, self.recognizer)
+        self._methods = {False: plain, True: self._methods_now()}
         self._set(False)
 
+    def _methods_now(self) -> tuple[Any, Any, Any]:
+        return (
+            self._function_class.__call__,
+            self._tape_class.gradient,
+            self._iterator_class._next_internal,
+        )
+
     def _set(self, on: bool) -> None:
-        self._function_class.__call__, self._tape_class.gradient = self._methods[on]
+        (
+            self._function_class.__call__,
+            self._tape_class.gradient,
+            self._iterator_class._next_internal,
+        ) = self._methods[on]
 
     @contextlib.contextmanager
     def patched(self, on: bool) -> Iterator[None]:
@@ -440,7 +450,8 @@ def run_macro(settings: Settings, workdir: Path) -> MacroRun:
         print(f"round {round_number + 1:>2}/{settings.rounds}  {line}", flush=True)
     notes = [
         f"{LOOP_NAMES[1]}: the train step recognised as {loop_hooks.recognised()!r}, "
-        f"{loop_hooks.hook.global_step} steps timed"
+        f"{loop_hooks.hook.global_step} steps timed, {loop_hooks.hook.input_batches} batches' "
+        f"input wait timed ({loop_hooks.hook.input_wait_seconds:.3f} s in all)"
     ]
     if naive.nvml_error is not None:
         notes.append(f"naive-psutil: NVML unavailable ({naive.nvml_error}); psutil reads only")

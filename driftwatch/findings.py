@@ -63,6 +63,10 @@ KINDS: dict[str, KindSpec] = {
     ),
     "nonfinite": KindSpec("Non-finite values", Severity.CRITICAL, "driftwatchnonfinite"),
     "stalled": KindSpec("No training steps", Severity.WARNING, "driftwatchstalled"),
+    "input_bound": KindSpec("Waiting for input", Severity.INFO, "driftwatchinputbound"),
+    "low_gpu_utilization": KindSpec(
+        "Low GPU utilization", Severity.WARNING, "driftwatchlowgpuutilization"
+    ),
     # Stated by ``driftwatch analyze`` only, never live: no alert, no runbook section.
     "recording_gap": KindSpec("Gap in the recording", Severity.INFO, None),
 }

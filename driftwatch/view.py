@@ -133,6 +133,11 @@ def _gap_rows(r: _Reader, label: str) -> list[Row]:
     return [(label, f"{human_seconds(gap)}/step ({gap / step_seconds:.0%})")]
 
 
+def _input_wait_rows(r: _Reader, label: str) -> list[Row]:
+    share = r.value("input_wait_share")
+    return [(label, f"{share:.0%} of each step")] if math.isfinite(share) else []
+
+
 def _tf_memory_rows(r: _Reader, label: str) -> list[Row]:
     return [
         (
@@ -191,6 +196,7 @@ _VIEW_ROWS: dict[str, Callable[[_Reader, str], list[Row]]] = {
     "event_file_bytes": _event_file_rows,
     "step_seconds": _step_rows,
     "step_gap_seconds": _gap_rows,
+    "input_wait_share": _input_wait_rows,
     "tf_allocator_current_bytes": _tf_memory_rows,
     "tracing_count": _tracing_rows,
     "nonfinite_total": _nonfinite_rows,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import statistics
+import time
 from pathlib import Path
 
 import psutil
@@ -12,6 +14,8 @@ from driftwatch.channel.paths import channel_path
 from driftwatch.channel.ring import ChannelReader
 from driftwatch.channel.wire import Kind
 from driftwatch.hook.core import Hook
+from driftwatch.hook.custom_loop import TrainStepRecognizer, patch_iterator_next
+from driftwatch.sources.hook import HookSource
 
 
 def test_periods_are_divided_by_the_steps_each_call_ran(tmp_path: Path) -> None:
@@ -60,3 +64,40 @@ def test_the_run_name_is_driftwatch_run_unless_given(
     assert Hook(run="given", channel_dir=str(tmp_path)).run == "given"
     monkeypatch.delenv("DRIFTWATCH_RUN")
     assert Hook(channel_dir=str(tmp_path)).run != "from-env"
+
+
+class SlowBatches:
+    """Stands in for a tf.data iterator: ``_next_internal`` is what custom_loop patches."""
+
+    def __init__(self, seconds: list[float]) -> None:
+        self._seconds = iter(seconds)
+
+    def _next_internal(self) -> None:
+        time.sleep(next(self._seconds))
+
+
+def test_a_probe_sends_the_share_of_step_time_spent_waiting_for_input(tmp_path: Path) -> None:
+    hook = Hook(channel_dir=str(tmp_path), probe_every_steps=10**9, probe_every_seconds=1e9)
+    patch_iterator_next(SlowBatches, TrainStepRecognizer(hook))
+    batches = SlowBatches([0.03, 0.01, 0.02])
+    hook.probe()  # no batch timed yet (fit, or no tf.data): nothing sent, not 0
+    hook.step_started(0.0)
+    hook.step_ended(0.5)
+    batches._next_internal()
+    hook.step_started(1.0)
+    hook.step_ended(1.2)
+    batches._next_internal()
+    hook.step_started(2.0)
+    hook.probe()  # two batches' waits over the two closed 1-s periods
+    waits = hook.input_waits[:2]
+    assert hook.input_batches == 2
+    assert waits[0] >= 0.03
+    assert waits[1] >= 0.01
+    hook.probe()  # nothing fetched since: nothing sent
+    path = channel_path(tmp_path, os.getpid(), psutil.Process().create_time())
+    source = HookSource(path)
+    samples = source.sample(10.0)
+    source.close()
+    assert [s.value for s in samples if s.series == "input_wait_share"] == [sum(waits) / 2.0]
+    sent = [s.value for s in samples if s.series == "input_wait_batch_seconds"]
+    assert sent == [statistics.median(waits)]

@@ -5,8 +5,10 @@ from __future__ import annotations
 from driftwatch.detect import Detector, Engine
 from driftwatch.detect.basic import NonFiniteDetector, StallDetector
 from driftwatch.detect.causes import CauseRanker
+from driftwatch.detect.gpu_utilization import LowGpuUtilizationDetector
 from driftwatch.detect.growth import growth_detectors
 from driftwatch.detect.host_memory import HostMemoryDetector
+from driftwatch.detect.input_bound import InputBoundDetector
 from driftwatch.detect.memory import AllocatorMemoryDetector, MemoryDriftDetector
 from driftwatch.detect.periodic_stalls import PeriodicStallDetector
 from driftwatch.detect.slow_callbacks import SlowCallbackDetector
@@ -36,6 +38,8 @@ def default_detectors() -> list[Detector]:
         *growth_detectors(),
         NonFiniteDetector(),
         StallDetector(),
+        InputBoundDetector(),
+        LowGpuUtilizationDetector(),
     ]
 
 

@@ -12,6 +12,7 @@ import logging
 import math
 import os
 import platform
+import statistics
 import sys
 import time
 import weakref
@@ -31,6 +32,9 @@ if TYPE_CHECKING:
     from driftwatch.export.http import TlsConfig
 
 log = logging.getLogger(__name__)
+
+INPUT_WAITS_KEPT = 128
+"""Newest batches whose waits the hook keeps, for the median a probe sends (batches)."""
 
 
 @functools.cache
@@ -103,6 +107,13 @@ class Hook:
         self._wall0 = time.time()
         self._period_start = math.nan  # NaN: no period open (start, or after a boundary)
         self._period_steps = 0
+        self._periods_seconds = 0.0  # wall time of every closed period (input wait's base)
+        # Seconds spent in, and calls of, the tf.data iterator's next outside the train step:
+        # added by custom_loop's iterator patch; a probe sends their share of the periods.
+        self.input_wait_seconds = 0.0
+        self.input_batches = 0
+        self.input_waits = [0.0] * INPUT_WAITS_KEPT  # the newest batches' waits, a ring
+        self._input_mark = (0.0, 0, 0.0)  # input_wait_seconds, input_batches, periods: last sent
         self._idle_since = math.nan
         self._next_probe_step = probe_every_steps
         self._next_probe_time = self._perf0 + probe_every_seconds
@@ -146,6 +157,7 @@ class Hook:
             idle = self._idle_since
             gap = now - idle if idle == idle else 0.0
             closed = self._period_steps
+            self._periods_seconds += now - start
             self._writer.write(
                 Kind.STEP,
                 self.global_step,
@@ -216,6 +228,7 @@ class Hook:
             except Exception as err:  # noqa: BLE001 - a check must never disturb training
                 log.info("driftwatch: probe check %r failed, not run again: %r", check, err)
                 self._probe_checks.remove(check)
+        self._send_input_wait()
         if self._probes is None:
             return
         try:
@@ -234,6 +247,26 @@ class Hook:
             self._server = None
 
     # -- helpers -----------------------------------------------------------------------
+
+    def _send_input_wait(self) -> None:
+        """The share of the periods closed since the last reading spent waiting for input,
+        and the median batch's wait, if batches were fetched in them (nothing when no
+        iterator is timed, as under fit)."""
+        wait0, batches0, periods0 = self._input_mark
+        periods = self._periods_seconds
+        if self.input_batches == batches0 or periods <= periods0:
+            return
+        share = (self.input_wait_seconds - wait0) / (periods - periods0)
+        batches = self.input_batches
+        first = max(batches0, batches - INPUT_WAITS_KEPT)
+        recent = [self.input_waits[i % INPUT_WAITS_KEPT] for i in range(first, batches)]
+        self._input_mark = (self.input_wait_seconds, batches, periods)
+        self._send(
+            [
+                ("input_wait_share", (), min(1.0, max(0.0, share))),
+                ("input_wait_batch_seconds", (), statistics.median(recent)),
+            ]
+        )
 
     def _wall(self) -> float:
         return self._wall0 + (time.perf_counter() - self._perf0)

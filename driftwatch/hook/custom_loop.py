@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from driftwatch.hook.core import Hook, shared_hook, user_hook_exists
+from driftwatch.hook.core import INPUT_WAITS_KEPT, Hook, shared_hook, user_hook_exists
 
 log = logging.getLogger(__name__)
 
@@ -293,10 +293,47 @@ def patch_gradient(tape_class: Any, state: TrainStepRecognizer) -> None:
     tape_class.gradient = gradient
 
 
+def patch_iterator_next(iterator_class: Any, state: TrainStepRecognizer) -> None:
+    """Wrap ``iterator_class._next_internal`` (``next(it)`` and ``it.get_next()`` of a
+    ``tf.data`` iterator) so the time the job waits for each batch outside a ``tf.function``
+    adds to its hook's input wait. Inside a call or its tracing (``state.busy``, fit's too)
+    the op only joins a graph: nothing is timed. Batches fetched before the train step is
+    recognised are not counted."""
+    original: Callable[..., Any] = iterator_class._next_internal
+    if getattr(original, _PATCHED, False):
+        return
+    clock = time.perf_counter
+
+    @functools.wraps(original)
+    def _next_internal(self: Any) -> Any:
+        hook = state.hook
+        if hook is None or state.busy:
+            return original(self)
+        start = clock()
+        try:
+            return original(self)
+        finally:
+            waited = clock() - start
+            batch = hook.input_batches
+            hook.input_wait_seconds += waited
+            hook.input_waits[batch % INPUT_WAITS_KEPT] = waited
+            hook.input_batches = batch + 1
+
+    setattr(_next_internal, _PATCHED, True)
+    iterator_class._next_internal = _next_internal
+
+
 def install(tf: Any) -> None:
-    """Patch the ``tensorflow`` module ``tf`` so its custom loops' train steps are timed."""
+    """Patch the ``tensorflow`` module ``tf`` so its custom loops' train steps are timed, and
+    the time they wait for ``tf.data`` batches."""
     patch_function_call(type(tf.function(_nothing)), _recognizer)
     patch_gradient(tf.GradientTape, _recognizer)
+    try:
+        from tensorflow.python.data.ops import iterator_ops
+    except ImportError as err:  # a TensorFlow that moved it: steps are still timed
+        log.info("driftwatch: tf.data iterators not found, input wait not measured: %r", err)
+        return
+    patch_iterator_next(iterator_ops.OwnedIterator, _recognizer)
 
 
 def _nothing() -> None:

@@ -94,6 +94,7 @@ WATCHED: dict[str, Watched] = {
         view="step", summary="steps", panel="Step time", panel_rank=0, also=("train_step",)
     ),
     "step_gap_seconds": Watched(view="outside the step", also=("step_seconds",)),
+    "input_wait_share": Watched(view="waiting for input"),
     "tf_allocator_current_bytes": Watched(
         view="TF memory {device}",
         panel="Memory: TF {device}",

@@ -41,6 +41,16 @@ TRAINING: dict[str, SeriesSpec] = {
         "Median seconds per step spent outside the train step (callbacks, input, host work).",
         export=Export.RECENT_MEDIAN,
     ),
+    "input_wait_share": SeriesSpec(
+        "driftwatch_input_wait_ratio",
+        "Share of step time the job spent waiting for its next batch from tf.data, over the "
+        "hook's steps since its previous probe (custom loops; fit fetches inside its graph).",
+    ),
+    "input_wait_batch_seconds": SeriesSpec(
+        "driftwatch_input_wait_batch_seconds",
+        "Median wait for one batch from tf.data over the newest batches (at most 128) since "
+        "the hook's previous probe (custom loops).",
+    ),
     "epoch_seconds": SeriesSpec(
         "driftwatch_epoch_duration_seconds", "Wall-clock duration of the latest epoch."
     ),
