@@ -75,7 +75,7 @@ def replay_logdir(
         yield Sample("event_files", float(sum(1 for size in sizes if size)), t)
         yield Sample("event_file_bytes", float(sum(sizes)), t)
         yield Sample("event_file_largest_bytes", float(max(sizes)), t)
-        yield Sample("nonfinite_total", float(steps.nonfinite), t)
+        yield from steps.nonfinite_samples(t)
         if steps.top is not None:
             yield Sample("train_step", float(steps.top[0]), t)
             yield Sample("step_timestamp", steps.top[1], t)
