@@ -90,26 +90,31 @@ def signal_rows(snapshot: Snapshot) -> list[tuple[str, str]]:
 
 
 def _rss_rows(r: _Reader, label: str) -> list[Row]:
-    # RSS is noisy during warm-up: projected from a minute of data, or sooner once its
-    # samples show a significant trend (a leak of tens of MB/s shows within seconds).
-    history = r.history("rss_bytes")
-    rate = rate_per_second(history, min_span=60.0) * 3600
-    if not math.isfinite(rate):
-        rate = trend_per_second(history) * 3600
+    rate = trend_per_second(r.history("rss_bytes")) * 3600
     return [(label, f"{human_bytes(r.value('rss_bytes'))} ({human_bytes(rate)}/h)")]
 
 
+TREND_SECONDS = 60.0
+"""Seconds of raw samples from which a series' trend is shown whether or not significant."""
 EARLY_TREND_SECONDS = 10.0
 """Seconds of raw samples a young series' trend needs before the view shows its rate."""
 EARLY_TREND_P = 0.01
 """Mann-Kendall p-value under which a young series' trend is shown as its rate."""
+TREND_POINTS = 120
+"""Samples a trend is fitted to at most (Theil-Sen is quadratic in them)."""
 
 
-def trend_per_second(history: SeriesView | None, window: float = 60.0) -> float:
-    """Theil-Sen growth per second over the newest ``window`` seconds of raw samples, once
-    they span ``EARLY_TREND_SECONDS`` and Mann-Kendall finds a trend; else NaN."""
+def trend_per_second(history: SeriesView | None, window: float = RATE_WINDOW_SECONDS) -> float:
+    """Theil-Sen growth per second over the newest ``window`` seconds of raw samples (robust
+    to a start-up jump and GC sawtooth), once they span ``TREND_SECONDS``, or
+    ``EARLY_TREND_SECONDS`` with a Mann-Kendall trend (a fast leak shows within seconds);
+    else NaN."""
     t, y = _newest(history, window)
-    if len(t) < 3 or t[-1] - t[0] < EARLY_TREND_SECONDS or mann_kendall(y).p >= EARLY_TREND_P:
+    if len(t) < 3 or t[-1] - t[0] < EARLY_TREND_SECONDS:
+        return math.nan
+    step = -(-len(t) // TREND_POINTS)  # ceiling division: every step-th sample
+    t, y = t[::step], y[::step]
+    if t[-1] - t[0] < TREND_SECONDS and mann_kendall(y).p >= EARLY_TREND_P:
         return math.nan
     return theil_sen(t, y)[0]
 

@@ -56,7 +56,8 @@ def run_job(
     result = subprocess.run(
         [
             *(sys.executable, "-m", "driftwatch", "run", "--findings", str(findings)),
-            *("--db", str(tmp_path / "history.db"), "--", sys.executable, str(program)),
+            *("--db", str(tmp_path / "history.db"), "--listen", "127.0.0.1:0"),
+            *("--", sys.executable, str(program)),
         ],
         capture_output=True,
         text=True,

@@ -168,7 +168,9 @@ def test_a_short_runs_report_agrees_with_its_summary_on_peak_and_end_and_has_a_t
     program = tmp_path / "grow.py"
     program.write_text(RSS_GROWTH, encoding="utf-8")
     db = tmp_path / "history.db"
-    watched = run_cli("run", "--db", str(db), "--", sys.executable, str(program))
+    watched = run_cli(
+        *("run", "--db", str(db), "--listen", "127.0.0.1:0", "--", sys.executable, str(program))
+    )
     assert watched.returncode == 0, watched.stderr
     summary = re.search(
         r"RSS: .* at start, peak ([\d.]+ MiB), ([\d.]+ MiB) at the end", watched.stdout

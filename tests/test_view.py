@@ -95,7 +95,8 @@ def test_the_plain_line_shows_a_young_runs_memory_growth_once_it_is_a_trend(
     program = tmp_path / "grow.py"
     program.write_text(RSS_GROWTH, encoding="utf-8")
     result = run_cli(
-        *("run", "--db", str(tmp_path / "history.db"), "--", sys.executable, str(program))
+        *("run", "--db", str(tmp_path / "history.db"), "--listen", "127.0.0.1:0"),
+        *("--", sys.executable, str(program)),
     )
     assert result.returncode == 0, result.stderr
     rates = re.findall(r"RSS: [\d.]+ MiB \(([\d.]+) GiB/h\)", result.stdout)
