@@ -95,9 +95,9 @@ def _rss_rows(r: _Reader, label: str) -> list[Row]:
 
 
 TREND_SECONDS = 60.0
-"""Seconds of raw samples from which a series' trend is shown whether or not significant."""
-EARLY_TREND_SECONDS = 10.0
-"""Seconds of raw samples a young series' trend needs before the view shows its rate."""
+"""Seconds a trend's samples must span to be shown whether or not it is significant."""
+EARLY_TREND_SECONDS = 5.0
+"""Seconds a trend's samples must span before the view shows it (if significant)."""
 EARLY_TREND_P = 0.01
 """Mann-Kendall p-value under which a young series' trend is shown as its rate."""
 TREND_POINTS = 120
@@ -105,11 +105,15 @@ TREND_POINTS = 120
 
 
 def trend_per_second(history: SeriesView | None, window: float = RATE_WINDOW_SECONDS) -> float:
-    """Theil-Sen growth per second over the newest ``window`` seconds of raw samples (robust
-    to a start-up jump and GC sawtooth), once they span ``TREND_SECONDS``, or
-    ``EARLY_TREND_SECONDS`` with a Mann-Kendall trend (a fast leak shows within seconds);
-    else NaN."""
+    """Theil-Sen growth per second over the newest half of the newest ``window`` seconds of
+    raw samples (a start-up climb drops out as the run goes on), once that half spans
+    ``TREND_SECONDS``, or ``EARLY_TREND_SECONDS`` with a Mann-Kendall trend (a fast leak
+    shows within seconds); else NaN."""
     t, y = _newest(history, window)
+    if len(t) < 2:
+        return math.nan
+    half = next(i for i, ti in enumerate(t) if ti >= (t[0] + t[-1]) / 2)
+    t, y = t[half:], y[half:]
     if len(t) < 3 or t[-1] - t[0] < EARLY_TREND_SECONDS:
         return math.nan
     step = -(-len(t) // TREND_POINTS)  # ceiling division: every step-th sample
