@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from driftwatch.series.training import nonfinite_role
 from tests.conftest import TF_ENV
 
 RECALL_NAN_FIT = """
@@ -99,3 +100,21 @@ def test_a_nan_loss_is_named_and_still_called_divergence(tmp_path: Path) -> None
     assert last["evidence"]["nonfinite_in"] == "loss"
     assert "by the hook since" in last["message"]
     assert " in loss (1): training has likely diverged" in last["message"]
+
+
+def test_only_a_named_metric_is_a_metric_and_an_unnamed_step_output_counts_as_the_loss() -> None:
+    roles = {name: nonfinite_role(name) for name in NAMES}
+    assert roles == NAMES
+
+
+NAMES = {
+    "loss": "loss",
+    "val_loss": "loss",
+    "train/epoch_loss": "loss",
+    "train_step_output": "loss",
+    "train_step_output[0]": "loss",
+    "recall": "metric",
+    "val_accuracy": "metric",
+    "train/epoch_auc": "metric",
+}
+"""Names the hook or event files report, and the role each gets."""

@@ -103,6 +103,7 @@ MAX_NONFINITE_NAMES = 16
 def nonfinite_role(name: str) -> str:
     """The role of a non-finite value known by name only (a logged or returned scalar): the
     loss if its name says so (``loss``, ``val_loss``, ``epoch_loss``, ``train/loss``) or it is
-    a train step's one unnamed output, else a metric."""
+    an unnamed output of a train step (``train_step_output``, ``train_step_output[0]``: a
+    NaN loss is never passed off as a metric), else a metric."""
     lowered = name.lower()
-    return "loss" if "loss" in lowered or lowered == "train_step_output" else "metric"
+    return "loss" if "loss" in lowered or lowered.startswith("train_step_output") else "metric"
