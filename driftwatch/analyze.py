@@ -37,7 +37,7 @@ from driftwatch.findings import KINDS, Finding
 from driftwatch.goodput import PHASES, Breakdown, GoodputAccount
 from driftwatch.series import SERIES, Sample
 from driftwatch.sources.eventfiles import is_event_file
-from driftwatch.sources.replay import replay_logdir
+from driftwatch.sources.replay import Tally, replay_logdir
 from driftwatch.units import human_seconds, local_time
 
 if TYPE_CHECKING:
@@ -244,12 +244,44 @@ def _resumed(observe: Callable[[Sample], None], start: float) -> Callable[[Sampl
     return observe_resumed
 
 
+@dataclass(slots=True)
+class Read:
+    """What ``analyze`` read: samples, their span, the steps they tell, the gaps; and, of a
+    logdir, its event files and their records."""
+
+    samples: int = 0
+    start: float = math.nan
+    end: float = math.nan
+    steps: tuple[float, float] | None = None  # the lowest and highest step
+    gaps: list[tuple[float, float]] = field(default_factory=list)  # (from, to)
+    tally: Tally | None = None  # a logdir's files and records
+
+    def describe(self, name: str) -> str:
+        """One line: ``read 2 event files of NAME: 1,234 records (5,678 samples), steps 0 to
+        5,000, 20.3 s from 2025-06-01 14:03:27 to 14:03:47, no gap``."""
+        if self.tally is not None:
+            files = "file" if self.tally.files == 1 else "files"
+            what = f"{self.tally.files} event {files} of {name}: {self.tally.records:,} records"
+            what += f" ({self.samples:,} samples)"
+        else:
+            what = f"{name}: {self.samples:,} samples"
+        if self.steps is not None:
+            what += f", steps {self.steps[0]:,.0f} to {self.steps[1]:,.0f}"
+        if math.isfinite(self.start):
+            what += f", {human_seconds(self.end - self.start)} from {local_time(self.start)}"
+            what += f" to {local_time(self.end)}"
+        gaps = [f"{human_seconds(b - a)} from {local_time(a)}" for a, b in self.gaps]
+        what += ", gaps: " + "; ".join(gaps) if gaps else ", no gap"
+        return f"read {what}"
+
+
 @dataclass(frozen=True, slots=True)
 class Analysis:
     """What ``analyze`` found: the findings, and where the wall time went (None: no steps)."""
 
     findings: list[Finding]
     goodput: Breakdown | None
+    read: Read = field(default_factory=Read)
 
 
 def detect(
@@ -286,8 +318,11 @@ def detect_run(
     next_evaluation = -math.inf
     last = math.nan  # the time of the sample before
     index = 0
+    low_step, high_step = math.inf, -math.inf
     for index, sample in enumerate(samples):
         t = sample.t
+        if sample.series == "train_step":
+            low_step, high_step = min(low_step, sample.value), max(high_step, sample.value)
         if t >= next_evaluation:
             if t - last > GAP_SECONDS:  # False for the first sample: NaN compares false
                 parts.append(part.conclude(last, index))
@@ -311,13 +346,16 @@ def detect_run(
     if math.isnan(part.start):
         return Analysis([], None)
     parts.append(part.conclude(last, index + 1))
+    read = Read(index + 1, parts[0].start, last)
+    read.steps = (low_step, high_step) if high_step >= low_step else None
+    read.gaps = [(before.end, after.start) for before, after in itertools.pairwise(parts)]
     reported = [pair for p in parts for pair in p.findings()]
     reported += [
         (after.start, _reported(_gap_finding(before, after), after.start))
         for before, after in itertools.pairwise(parts)
     ]
     reported.sort(key=operator.itemgetter(0))
-    return Analysis([finding for _, finding in reported], _goodput(parts))
+    return Analysis([finding for _, finding in reported], _goodput(parts), read)
 
 
 class ReadProgress:
@@ -366,15 +404,17 @@ def analyze(path: Path, new_engine: Callable[[], Engine] = default_engine) -> li
 def analyze_run(path: Path, new_engine: Callable[[], Engine] = default_engine) -> Analysis:
     """Findings and goodput for a TensorBoard logdir, one event file or a samples file."""
     if path.is_dir() or (is_event_file(path.name) and path.is_file()):
-        progress = ReadProgress()
+        progress, tally = ReadProgress(), Tally()
         try:
-            samples = list(replay_logdir(path, progress=progress))
+            samples = list(replay_logdir(path, progress=progress, tally=tally))
         finally:
             progress.close()
         if not samples:
             raise RecordingError(f"{path}: no TensorBoard event files with data in it")
         samples.sort(key=_TIME)
-        return detect_run(samples, new_engine=new_engine)
+        analysis = detect_run(samples, new_engine=new_engine)
+        analysis.read.tally = tally
+        return analysis
     if not path.exists():
         raise RecordingError(f"{path}: no such file or directory")
     return detect_run(read_samples(path), new_engine=new_engine)

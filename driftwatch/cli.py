@@ -195,6 +195,7 @@ def analyze(
         for finding in analysis.findings:
             print(finding.to_json(name))
         return
+    print(analysis.read.describe(name))
     if not analysis.findings:
         print(f"{name}: no findings")
     for finding in analysis.findings:

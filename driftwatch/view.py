@@ -13,6 +13,7 @@ from typing import TextIO
 from rich.live import Live
 from rich.table import Table
 
+from driftwatch.detect.stats import mann_kendall, theil_sen
 from driftwatch.findings import Finding, Severity
 from driftwatch.goodput import Breakdown
 from driftwatch.series import WATCHED, Labels
@@ -34,16 +35,27 @@ def rate_per_second(
     NaN until the samples span more than ``min_span`` seconds: for a noisy series, a rate from
     a few seconds of data projected to an hour would be mostly noise.
     """
-    if history is None:
-        return math.nan
-    times = history.raw.last(512, 0)
-    values = history.raw.last(512, 1)
+    times, values = _newest(history, window, keep=2)
     if len(times) < 2:
         return math.nan
-    start = next(i for i, t in enumerate(times) if t >= times[-1] - window)
-    start = min(start, len(times) - 2)
+    start = 0
     elapsed = times[-1] - times[start]
     return (values[-1] - values[start]) / elapsed if elapsed > min_span else math.nan
+
+
+def _newest(
+    history: SeriesView | None, window: float, keep: int = 0
+) -> tuple[list[float], list[float]]:
+    """The times and values of the raw samples of the newest ``window`` seconds (at least
+    the newest ``keep``)."""
+    if history is None:
+        return [], []
+    times, values = history.raw.last(512, 0), history.raw.last(512, 1)
+    if not times:
+        return [], []
+    start = next(i for i, t in enumerate(times) if t >= times[-1] - window)
+    start = max(0, min(start, len(times) - keep))
+    return times[start:], values[start:]
 
 
 class _Reader:
@@ -78,9 +90,37 @@ def signal_rows(snapshot: Snapshot) -> list[tuple[str, str]]:
 
 
 def _rss_rows(r: _Reader, label: str) -> list[Row]:
-    # RSS is noisy during warm-up: project it only from a minute of data.
-    rate = rate_per_second(r.history("rss_bytes"), min_span=60.0) * 3600
+    rate = trend_per_second(r.history("rss_bytes")) * 3600
     return [(label, f"{human_bytes(r.value('rss_bytes'))} ({human_bytes(rate)}/h)")]
+
+
+TREND_SECONDS = 60.0
+"""Seconds a trend's samples must span to be shown whether or not it is significant."""
+EARLY_TREND_SECONDS = 5.0
+"""Seconds a trend's samples must span before the view shows it (if significant)."""
+EARLY_TREND_P = 0.01
+"""Mann-Kendall p-value under which a young series' trend is shown as its rate."""
+TREND_POINTS = 120
+"""Samples a trend is fitted to at most (Theil-Sen is quadratic in them)."""
+
+
+def trend_per_second(history: SeriesView | None, window: float = RATE_WINDOW_SECONDS) -> float:
+    """Theil-Sen growth per second over the newest half of the newest ``window`` seconds of
+    raw samples (a start-up climb drops out as the run goes on), once that half spans
+    ``TREND_SECONDS``, or ``EARLY_TREND_SECONDS`` with a Mann-Kendall trend (a fast leak
+    shows within seconds); else NaN."""
+    t, y = _newest(history, window)
+    if len(t) < 2:
+        return math.nan
+    half = next(i for i, ti in enumerate(t) if ti >= (t[0] + t[-1]) / 2)
+    t, y = t[half:], y[half:]
+    if len(t) < 3 or t[-1] - t[0] < EARLY_TREND_SECONDS:
+        return math.nan
+    step = -(-len(t) // TREND_POINTS)  # ceiling division: every step-th sample
+    t, y = t[::step], y[::step]
+    if t[-1] - t[0] < TREND_SECONDS and mann_kendall(y).p >= EARLY_TREND_P:
+        return math.nan
+    return theil_sen(t, y)[0]
 
 
 def _cpu_rows(r: _Reader, label: str) -> list[Row]:
@@ -154,7 +194,9 @@ def _tracing_rows(r: _Reader, label: str) -> list[Row]:
     warnings = r.value("retracing_warnings_total")
     if not (math.isfinite(traces) or (math.isfinite(warnings) and warnings > 0)):
         return []
-    shown = [f"{traces:.0f} traces"] if math.isfinite(traces) else []
+    # Counted from the watched functions' first reading: their first traces are not in it.
+    retraced = "no retracing" if traces == 0 else f"{traces:.0f} retraces"
+    shown = [retraced] if math.isfinite(traces) else []
     if math.isfinite(warnings) and warnings > 0:
         shown.append(f"{warnings:.0f} retracing warnings")
     return [(label, ", ".join(shown))]

@@ -67,7 +67,10 @@ def test_a_leak_in_a_recording_is_found_with_its_class(tmp_path: Path) -> None:
 def test_a_steady_recording_has_no_findings(tmp_path: Path) -> None:
     path = write_samples(tmp_path / "flat.jsonl", rss_recording(6, 0, onset_hours=0))
     assert analyze(path) == []
-    assert run_cli("analyze", str(path)).stdout.strip() == "flat.jsonl: no findings"
+    read, verdict = run_cli("analyze", str(path)).stdout.splitlines()
+    assert read.startswith("read flat.jsonl: 2,520 samples, 6.0 h from "), read
+    assert read.endswith(", no gap")
+    assert verdict == "flat.jsonl: no findings"
 
 
 @pytest.mark.parametrize(
@@ -327,3 +330,20 @@ def test_analyze_of_a_logdir_prints_nothing_on_stderr_off_a_terminal(tmp_path: P
     result = run_cli("analyze", "--json", str(tmp_path / "logs"))
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
+
+
+def test_analyze_says_what_it_read_before_its_findings_and_json_stays_findings_only(
+    tmp_path: Path,
+) -> None:
+    """Expected: 2 event files (a 1-h run resumed a day later halfway), one gap of 23.9 h."""
+    write_logdir(tmp_path / "logs", 1.0, resumed_after=DAY)
+    result = run_cli("analyze", str(tmp_path / "logs"))
+    assert result.returncode == 0, result.stderr
+    first = result.stdout.splitlines()[0]
+    assert re.fullmatch(
+        r"read 2 event files of logs: [\d,]+ records \([\d,]+ samples\), steps [\d,]+ to "
+        r"[\d,]+, 25\.0 h from .* to .*, gaps: 23\.9 h from .*",
+        first,
+    ), first
+    as_json = run_cli("analyze", "--json", str(tmp_path / "logs"))
+    assert all(line.startswith("{") for line in as_json.stdout.splitlines()), as_json.stdout

@@ -6,6 +6,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -164,3 +165,34 @@ def test_html_is_self_contained_and_renders_plots_in_chromium(
     line_rows = np.nonzero((np.abs(pixels[:, 100:] - teal) <= 24).all(axis=2).any(axis=1))[0]
     assert len(line_rows) > 300
     assert len(set(line_rows * 5 // height)) >= 4  # plots down the whole page, not one
+
+
+def test_a_short_runs_report_agrees_with_its_summary_on_peak_and_end_and_has_a_trend(
+    tmp_path: Path,
+) -> None:
+    """Expected: RSS grows about 38 MiB/s for 14 s (to about 540 MiB): the report's end and
+    peak are the summary's readings (not 10-s bucket means, about 20 MiB lower), and the RSS
+    line has a trend though the run's newest half holds fewer than 3 buckets."""
+    from tests.test_view import RSS_GROWTH
+
+    program = tmp_path / "grow.py"
+    program.write_text(RSS_GROWTH, encoding="utf-8")
+    db = tmp_path / "history.db"
+    watched = run_cli(
+        *("run", "--db", str(db), "--listen", "127.0.0.1:0", "--", sys.executable, str(program))
+    )
+    assert watched.returncode == 0, watched.stderr
+    summary = re.search(
+        r"RSS: .* at start, peak ([\d.]+ MiB), ([\d.]+ MiB) at the end", watched.stdout
+    )
+    assert summary, watched.stdout
+    result = run_cli("report", "--db", str(db))
+    assert result.returncode == 0, result.stderr
+    rss = re.search(
+        r"Memory: RSS: [\d.]+ MiB -> ([\d.]+ MiB), peak ([\d.]+ MiB); (.*)", result.stdout
+    )
+    assert rss, result.stdout
+    assert (rss[1], rss[2]) == (summary[2], summary[1])
+    per_hour = re.match(r"([\d.]+) GiB/h over the newest", rss[3])
+    assert per_hour, rss[3]
+    assert 60 < float(per_hour[1]) < 200, rss[3]

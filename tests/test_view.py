@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import io
+import re
+import sys
+from pathlib import Path
 
 import pytest
 from rich.console import Console
 from rich.live import Live
 
-from driftwatch.series import Sample
+from driftwatch.series import Sample, SeriesKey
 from driftwatch.snapshot import Snapshot
 from driftwatch.store import Store
-from driftwatch.view import LiveView, PlainView, render_summary
+from driftwatch.view import LiveView, PlainView, render_summary, signal_rows
+from tests.conftest import run_cli
 from tests.test_monitor import INFO
 
 MIB = 2**20
@@ -70,3 +74,41 @@ def test_the_summary_reads_the_runs_histories_through_the_snapshot() -> None:
         START,
     )
     assert "RSS:" not in without_history
+
+
+RSS_GROWTH = """
+import os, time
+time.sleep(1.0)
+kept = []
+end = time.monotonic() + 14.0
+while time.monotonic() < end:  # about 38 MiB/s, every page touched
+    kept.append(bytearray(os.urandom(1 << 16)) * 32)
+    time.sleep(0.05)
+"""
+
+
+def test_the_plain_line_shows_a_young_runs_memory_growth_once_it_is_a_trend(
+    tmp_path: Path,
+) -> None:
+    """Expected: RSS grows about 38 MiB/s (2 MiB every 50 ms and the sleep) for 14 s: from
+    10 s of samples on, the line says about 133 GiB/h, not ``-/h`` until a minute is up."""
+    program = tmp_path / "grow.py"
+    program.write_text(RSS_GROWTH, encoding="utf-8")
+    result = run_cli(
+        *("run", "--db", str(tmp_path / "history.db"), "--listen", "127.0.0.1:0"),
+        *("--", sys.executable, str(program)),
+    )
+    assert result.returncode == 0, result.stderr
+    rates = re.findall(r"RSS: [\d.]+ MiB \(([\d.]+) GiB/h\)", result.stdout)
+    assert rates, result.stdout
+    assert all(60 < float(rate) < 200 for rate in rates), rates
+
+
+def test_the_view_says_no_retracing_rather_than_zero_traces() -> None:
+    values: dict[SeriesKey, float] = {("rss_bytes", ()): 100 * MIB, ("tracing_count", ()): 0.0}
+    rows = dict(signal_rows(Snapshot("train", INFO, START, 1, values)))
+    assert rows["tf.function"] == "no retracing"
+    values[("tracing_count", ())] = 3.0
+    assert dict(signal_rows(Snapshot("train", INFO, START, 1, values)))["tf.function"] == (
+        "3 retraces"
+    )

@@ -8,26 +8,37 @@ import statistics
 from collections import deque
 
 from driftwatch.detect import Evaluation
-from driftwatch.findings import KINDS, Finding
+from driftwatch.findings import KINDS, Finding, Severity
 from driftwatch.series import Sample
 from driftwatch.units import clock
 
 
 class NonFiniteDetector:
-    """Any NaN or infinity in the logged scalars or the hook's checks: a diverged run."""
+    """Any NaN or infinity in the logged scalars or the hook's checks.
+
+    In the loss or the weights (or where nothing says what held it): a diverged run,
+    ``KINDS["nonfinite"]``'s severity. In metrics only: the metric's own computation (a 0/0
+    or log(0) in it) while training stays finite, a warning (docs/detectors.md).
+    """
 
     name = "nonfinite"
-    series = frozenset({"nonfinite_total", "hook_nonfinite_total"})
+    series = frozenset({"nonfinite_total", "hook_nonfinite_total", "nonfinite_by_name_total"})
 
     def __init__(self) -> None:
         self._counts: dict[str, float] = {}
+        self._by_name: dict[tuple[str, str], int] = {}  # (name, role) -> non-finite values
         self._first_seen: float | None = None
 
     def observe(self, sample: Sample) -> None:
-        if math.isfinite(sample.value) and sample.value > 0:
-            self._counts[sample.series] = sample.value
-            if self._first_seen is None or sample.t < self._first_seen:
-                self._first_seen = sample.t
+        if not (math.isfinite(sample.value) and sample.value > 0):
+            return
+        if sample.series == "nonfinite_by_name_total":
+            labels = dict(sample.labels)
+            self._by_name[(labels.get("name", "?"), labels.get("role", "?"))] = int(sample.value)
+            return
+        self._counts[sample.series] = sample.value
+        if self._first_seen is None or sample.t < self._first_seen:
+            self._first_seen = sample.t
 
     def evaluate(self, now: float) -> Evaluation:
         if self._first_seen is None:
@@ -37,19 +48,45 @@ class NonFiniteDetector:
             {"nonfinite_total": "event files", "hook_nonfinite_total": "the hook"}[s]
             for s in sorted(self._counts)
         )
+        ranked = sorted(self._by_name.items(), key=lambda item: (-item[1], item[0]))
+        names = ", ".join(f"{name} ({n})" for (name, _role), n in ranked[:MAX_NAMES_SAID])
+        if len(ranked) > MAX_NAMES_SAID:
+            names += f" and {len(ranked) - MAX_NAMES_SAID} more"
+        metric_only = bool(ranked) and all(role == "metric" for (_name, role), _n in ranked)
+        severity = Severity.WARNING if metric_only else KINDS["nonfinite"].severity
+        seen = f"{count} non-finite (NaN/Inf) value(s) seen by {where} since "
+        seen += clock(self._first_seen)
+        if metric_only:
+            message = (
+                f"{seen}, only in metrics: {names}. The loss stays finite, so training "
+                "itself is not diverging: the metric's own computation yields NaN/Inf (a 0/0, "
+                "e.g. a batch with no positives, or a log(0) in it). Anything that monitors it "
+                "(EarlyStopping, ModelCheckpoint) is misled: accumulate its counts over the "
+                "epoch (keras.metrics.Recall and friends) or guard the division."
+            )
+        else:
+            inside = f" in {names}" if names else ""
+            message = (
+                f"{seen}{inside}: training has likely diverged. Try a lower learning rate, "
+                "gradient clipping, or guard the loss against log(0) and division by zero."
+            )
+        evidence: dict[str, float | str] = {"nonfinite_values": count}
+        if ranked:  # the roles and names as text (a new one is news), each name's count
+            evidence["nonfinite_in"] = ", ".join(sorted({role for _name, role in self._by_name}))
+            evidence["nonfinite_names"] = ", ".join(sorted(name for name, _role in self._by_name))
+            evidence.update({f"nonfinite_values[{name}]": n for (name, _role), n in ranked})
         finding = Finding(
             kind="nonfinite",
-            severity=KINDS["nonfinite"].severity,
+            severity=severity,
             since=self._first_seen,
-            message=(
-                f"{count} non-finite (NaN/Inf) value(s) seen by {where} since "
-                f"{clock(self._first_seen)}: training has likely diverged. Try a lower "
-                "learning rate, gradient clipping, or guard the loss against log(0) and "
-                "division by zero."
-            ),
-            evidence={"nonfinite_values": count},
+            message=message,
+            evidence=evidence,
         )
         return Evaluation(1.0, (finding,))
+
+
+MAX_NAMES_SAID = 5
+"""Names of non-finite values a finding's message lists (its evidence has them all)."""
 
 
 VALIDATION_ALLOWANCE = 2.0

@@ -26,6 +26,7 @@ from driftwatch.channel.wire import RUNTIME_META, SERIES_META, Kind
 from driftwatch.hook.probes import Reading, TensorflowProbes
 from driftwatch.hook.trace import ProfilerTraces
 from driftwatch.series import Labels
+from driftwatch.series.training import MAX_NONFINITE_NAMES, nonfinite_role
 from driftwatch.target import default_run_name
 
 if TYPE_CHECKING:
@@ -93,6 +94,7 @@ class Hook:
         self.probe_every_seconds = probe_every_seconds
         self.global_step = 0
         self.nonfinite = 0
+        self._nonfinite_by_name: dict[Labels, int] = {}  # by (name, role) labels
         self._probes: TensorflowProbes | None = TensorflowProbes()
         self._probe_checks: list[Callable[[Hook], None]] = []
         self._series: dict[tuple[str, Labels], int] = {}
@@ -187,8 +189,12 @@ class Hook:
     def epoch_ended(self, epoch: int, seconds: float, validation_seconds: float) -> None:
         self._writer.write(Kind.EPOCH, epoch, self._wall(), seconds, validation_seconds)
 
-    def check_finite(self, value: Any, name: str = "loss") -> bool:
-        """Whether a host value (float, NumPy array) is all finite; counts and reports it."""
+    def check_finite(self, value: Any, name: str = "loss", role: str | None = None) -> bool:
+        """Whether a host value (float, NumPy array) is all finite; counts and reports it.
+
+        ``role``: ``loss``, ``weights`` or ``metric`` (default: told by ``name``). Only a
+        non-finite value sends its name (the series table grows once per name).
+        """
         try:
             finite = math.isfinite(value)
         except TypeError:
@@ -200,7 +206,19 @@ class Hook:
             if "first_nonfinite" not in self._meta:
                 self._meta["first_nonfinite"] = {"step": self.global_step, "name": name}
                 self._writer.set_meta(self._meta)
-            self._send([("hook_nonfinite_total", (), float(self.nonfinite))])
+            role = role or nonfinite_role(name)
+            labels = (("name", name), ("role", role))
+            if labels not in self._nonfinite_by_name and len(self._nonfinite_by_name) >= (
+                MAX_NONFINITE_NAMES
+            ):
+                labels = (("name", "(others)"), ("role", role))
+            count = self._nonfinite_by_name[labels] = self._nonfinite_by_name.get(labels, 0) + 1
+            self._send(
+                [
+                    ("hook_nonfinite_total", (), float(self.nonfinite)),
+                    ("nonfinite_by_name_total", labels, float(count)),
+                ]
+            )
         return finite
 
     def watch_function(self, fn: object) -> None:

@@ -126,4 +126,4 @@ class DriftwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]
         if self.check_weights_every and hook.global_step >= self._next_weights_check:
             self._next_weights_check = hook.global_step + self.check_weights_every
             for weight in self.model.weights:
-                hook.check_finite(keras.ops.convert_to_numpy(weight), weight.path)
+                hook.check_finite(keras.ops.convert_to_numpy(weight), weight.path, "weights")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -122,6 +123,14 @@ def _fit(points: list[Point], start: float) -> TrendLine | None:
     return TrendLine(slope, intercept, kept[0][0], kept[-1][0], kept[-1][0])
 
 
+def _readings(line: Line, buckets: list[StoredBucket]) -> Line:
+    """``line`` with the run's last and highest readings, which bucket means smooth away."""
+    finite = [b for b in buckets if b.count > 0]
+    if not finite:
+        return line
+    return replace(line, end=finite[-1].last, peak=max(b.max for b in finite))
+
+
 def _step_line(buckets: list[StoredBucket]) -> Line:
     segments = _segments(buckets)
     points = [p for segment in segments for p in segment]
@@ -131,7 +140,7 @@ def _step_line(buckets: list[StoredBucket]) -> Line:
     if trend is not None and trend.at(trend.start) > 0:
         per_hour = trend.slope * 3600 / trend.at(trend.start)
         note = f"trend {per_hour:+.1%} per hour ({human_seconds(trend.at(trend.end))}/step now)"
-    return Line("step time", segments, trend, note=note)
+    return Line("step time", segments, trend, note=note)  # per step: the means are the view
 
 
 def _memory_line(label: str, buckets: list[StoredBucket], limit: float | None) -> Line:
@@ -139,11 +148,13 @@ def _memory_line(label: str, buckets: list[StoredBucket], limit: float | None) -
     segments = _segments(buckets)
     points = [p for segment in segments for p in segment]
     t0, t1 = points[0][0], points[-1][0]
-    fit = _fit(points, (t0 + t1) / 2)
+    # The newest half, or the newest 3 points of a run too short for 3 in its half.
+    newest = points[-3][0] if len(points) >= 3 else t0
+    fit = _fit(points, min((t0 + t1) / 2, newest))
     if fit is None:
-        return Line(label, segments)
+        return _readings(Line(label, segments), buckets)
     ahead = t1 + PROJECTION_SHARE * (t1 - t0)
-    note = f"{human_bytes(fit.slope * 3600)}/h over the newest half"
+    note = f"{human_bytes(fit.slope * 3600)}/h over the newest {human_seconds(t1 - fit.start)}"
     shown_limit = None
     if limit is not None and fit.slope > 0:
         reaches = (limit - fit.at(t1)) / fit.slope + t1
@@ -151,11 +162,11 @@ def _memory_line(label: str, buckets: list[StoredBucket], limit: float | None) -
         if reaches <= ahead:
             ahead, shown_limit = max(reaches, t1), limit
     trend = TrendLine(fit.slope, fit.intercept, fit.start, fit.end, ahead)
-    return Line(label, segments, trend, shown_limit, note)
+    return _readings(Line(label, segments, trend, shown_limit, note), buckets)
 
 
 def _plain_line(label: str, buckets: list[StoredBucket]) -> Line:
-    return Line(label, _segments(buckets))
+    return _readings(Line(label, _segments(buckets)), buckets)
 
 
 def _last_mean(buckets: list[StoredBucket] | None) -> float | None:

@@ -37,6 +37,8 @@ class Line:
     trend: TrendLine | None = None
     limit: float | None = None  # the value the projection runs into, when it does in view
     note: str = ""  # the trend or projection in words
+    end: float = math.nan  # the last reading (the last bucket's), not a bucket mean
+    peak: float = math.nan  # the highest reading (the buckets' maxima)
 
     @property
     def points(self) -> list[Point]:

@@ -24,10 +24,9 @@ def to_text(report: Report) -> str:
             finite = [v for _, v in line.points if math.isfinite(v)]
             if not finite:
                 continue
-            reading = (
-                f"{panel.format(finite[0])} -> {panel.format(finite[-1])}, "
-                f"peak {panel.format(max(finite))}"
-            )
+            end = line.end if math.isfinite(line.end) else finite[-1]
+            peak = line.peak if math.isfinite(line.peak) else max(finite)
+            reading = f"{panel.format(finite[0])} -> {panel.format(end)}, peak {panel.format(peak)}"
             note = f"; {line.note}" if line.note else ""
             name = panel.title if len(panel.lines) == 1 else f"{panel.title} ({line.label})"
             lines.append(f"  {name}: {reading}{note}")

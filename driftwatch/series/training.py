@@ -84,6 +84,13 @@ TRAINING: dict[str, SeriesSpec] = {
         "Non-finite (NaN or infinite) losses, metrics or weights the hook has seen.",
         Kind.COUNTER,
     ),
+    "nonfinite_by_name_total": SeriesSpec(
+        "driftwatch_nonfinite_values_by_name_total",
+        "Non-finite values by what held them: the hook's checked name (loss, a metric, a "
+        "weight) or an event-file tag, and its role (loss, metric or weights).",
+        Kind.COUNTER,
+        label_names=("name", "role"),
+    ),
     "hook_records_lost_total": SeriesSpec(
         "driftwatch_hook_records_lost_total",
         "Hook records overwritten before driftwatch read them (the reader fell behind).",
@@ -95,3 +102,18 @@ TRAINING: dict[str, SeriesSpec] = {
         Kind.COUNTER,
     ),
 }
+
+
+NONFINITE_ROLES = ("loss", "weights", "metric")
+"""What a non-finite value was: the loss or weights (training diverged) or only a metric."""
+MAX_NONFINITE_NAMES = 16
+"""Names whose non-finite values are counted apart; later ones count as ``(others)``."""
+
+
+def nonfinite_role(name: str) -> str:
+    """The role of a non-finite value known by name only (a logged or returned scalar): the
+    loss if its name says so (``loss``, ``val_loss``, ``epoch_loss``, ``train/loss``) or it is
+    an unnamed output of a train step (``train_step_output``, ``train_step_output[0]``: a
+    NaN loss is never passed off as a metric), else a metric."""
+    lowered = name.lower()
+    return "loss" if "loss" in lowered or lowered.startswith("train_step_output") else "metric"

@@ -248,7 +248,7 @@ class EventFileSource:
         ]
         samples += self._read(deadline)
         if self._any_file:
-            samples.append(Sample("nonfinite_total", float(self._progress.nonfinite), now))
+            samples += self._progress.nonfinite_samples(now)
             samples.append(Sample("event_file_unread_bytes", float(self._unread()), now))
         if self._progress.top is not None and self._track_steps():
             step, wall_time = self._progress.top

@@ -11,6 +11,7 @@ import heapq
 import math
 import os
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
@@ -51,8 +52,19 @@ def event_files(logdir: Path) -> list[str]:
     )
 
 
+@dataclass
+class Tally:
+    """What a replay read: event files and their records (events), filled in as it goes."""
+
+    files: int = 0
+    records: int = 0
+
+
 def replay_logdir(
-    logdir: Path, resolution: float = 1.0, progress: Progress | None = None
+    logdir: Path,
+    resolution: float = 1.0,
+    progress: Progress | None = None,
+    tally: Tally | None = None,
 ) -> Iterator[Sample]:
     """The samples of the run logged in ``logdir`` (a directory, or one event file).
 
@@ -62,6 +74,8 @@ def replay_logdir(
     emitted at most once per ``resolution`` seconds of the run's wall time.
     """
     paths = [str(logdir)] if logdir.is_file() else event_files(logdir)
+    tally = tally if tally is not None else Tally()
+    tally.files = len(paths)
     total = 0
     for path in paths:
         try:
@@ -75,7 +89,7 @@ def replay_logdir(
         yield Sample("event_files", float(sum(1 for size in sizes if size)), t)
         yield Sample("event_file_bytes", float(sum(sizes)), t)
         yield Sample("event_file_largest_bytes", float(max(sizes)), t)
-        yield Sample("nonfinite_total", float(steps.nonfinite), t)
+        yield from steps.nonfinite_samples(t)
         if steps.top is not None:
             yield Sample("train_step", float(steps.top[0]), t)
             yield Sample("step_timestamp", steps.top[1], t)
@@ -84,6 +98,7 @@ def replay_logdir(
     t = math.nan
     streams = [_replay_file(i, path) for i, path in enumerate(paths)]
     for count, replayed in enumerate(heapq.merge(*streams, key=lambda r: r.wall_time)):
+        tally.records = count + 1
         sizes[replayed.file] = replayed.size
         t = replayed.wall_time
         for scalar in replayed.scalars:

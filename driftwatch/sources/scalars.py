@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import struct
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from driftwatch.series import Sample
+from driftwatch.series.training import MAX_NONFINITE_NAMES, nonfinite_role
 from driftwatch.sources.records import MaskedCrc
 
 log = logging.getLogger(__name__)
@@ -67,13 +70,29 @@ class StepProgress:
 
     def __init__(self) -> None:
         self.nonfinite = 0
+        # (tag with its directory's name, role) -> non-finite values it held
+        self.nonfinite_by_tag: dict[tuple[str, str], int] = {}
         self.top: tuple[int, float] | None = None  # highest step, wall time first logged
         self._last: dict[tuple[str, str], tuple[int, float]] = {}  # key -> (step, wall time)
+
+    def nonfinite_samples(self, t: float) -> list[Sample]:
+        """``nonfinite_total`` and, for each tag that held one, ``nonfinite_by_name_total``."""
+        return [Sample("nonfinite_total", float(self.nonfinite), t)] + [
+            Sample("nonfinite_by_name_total", float(n), t, (("name", name), ("role", role)))
+            for (name, role), n in self.nonfinite_by_tag.items()
+        ]
 
     def feed(self, scalar: Scalar) -> float | None:
         """Seconds per step if ``scalar`` advances the highest step, else None."""
         if not math.isfinite(scalar.value):
             self.nonfinite += 1
+            directory, tag = scalar.key
+            name = f"{os.path.basename(directory)}/{tag}" if directory else tag
+            key = (name, nonfinite_role(tag))
+            counts = self.nonfinite_by_tag
+            if key not in counts and len(counts) >= MAX_NONFINITE_NAMES:
+                key = ("(others)", key[1])
+            counts[key] = counts.get(key, 0) + 1
         previous = self._last.get(scalar.key)
         self._last[scalar.key] = (scalar.step, scalar.wall_time)
         if self.top is not None and scalar.step <= self.top[0]:
