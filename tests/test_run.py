@@ -98,7 +98,12 @@ def test_signals_reach_the_job(sig: signal.Signals, code: int) -> None:
         if "ready" in seen and "metrics at" in seen:
             break
     process.send_signal(sig)
-    _, err = process.communicate(timeout=30)
+    try:
+        _, err = process.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        _, err = process.communicate()
+        pytest.fail(f"driftwatch run did not end 30 s after {sig.name}; it said: {seen}{err}")
     assert process.returncode == code, err
     if sig == signal.SIGINT:
         assert "KeyboardInterrupt" in err  # the job's own traceback, passed through

@@ -110,10 +110,11 @@ def _binned(points: list[Point], bins: int) -> list[Point]:
     return binned
 
 
-def _fit(points: list[Point], start: float) -> TrendLine | None:
-    """Theil-Sen line through the points from ``start`` on; ``None`` with too few."""
+def _fit(points: list[Point], start: float, fewest: int = 3) -> TrendLine | None:
+    """Theil-Sen line through the points from ``start`` on; ``None`` with fewer than
+    ``fewest``."""
     kept = [p for p in points if p[0] >= start and math.isfinite(p[1])]
-    if len(kept) < 3:
+    if len(kept) < fewest:
         return None
     if len(kept) > FIT_POINTS:
         kept = _binned(kept, FIT_POINTS)
@@ -148,9 +149,11 @@ def _memory_line(label: str, buckets: list[StoredBucket], limit: float | None) -
     segments = _segments(buckets)
     points = [p for segment in segments for p in segment]
     t0, t1 = points[0][0], points[-1][0]
-    # The newest half, or the newest 3 points of a run too short for 3 in its half.
-    newest = points[-3][0] if len(points) >= 3 else t0
-    fit = _fit(points, min((t0 + t1) / 2, newest))
+    # The newest half, or the newest 3 readings of a run too short for 3 in its half; a run
+    # of two buckets (a 15-s job in 10-s buckets) has the line through both.
+    finite = [p[0] for p in points if math.isfinite(p[1])]
+    newest = finite[-3] if len(finite) >= 3 else t0
+    fit = _fit(points, min((t0 + t1) / 2, newest), fewest=min(3, max(2, len(finite))))
     if fit is None:
         return _readings(Line(label, segments), buckets)
     ahead = t1 + PROJECTION_SHARE * (t1 - t0)
