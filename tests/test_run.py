@@ -103,10 +103,28 @@ def test_signals_reach_the_job(sig: signal.Signals, code: int) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         _, err = process.communicate()
-        pytest.fail(f"driftwatch run did not end 30 s after {sig.name}; it said: {seen}{err}")
+        pytest.fail(
+            f"driftwatch run did not end 30 s after {sig.name}; it said: {seen}{err}; the job: "
+            + job_signal_state(seen)
+        )
     assert process.returncode == code, err
     if sig == signal.SIGINT:
         assert "KeyboardInterrupt" in err  # the job's own traceback, passed through
+
+
+def job_signal_state(said: str) -> str:
+    """The signal lines of the status of the job driftwatch ``said`` it watches (which
+    signals it ignores or blocks, and whether a tracer holds it), to tell why one was lost."""
+    found = re.search(r"\(pid (\d+)\)", said)
+    if found is None:
+        return "not named"
+    try:
+        status = Path(f"/proc/{found[1]}/status").read_text()
+    except OSError as err:
+        return f"gone ({err.strerror})"
+    return "; ".join(
+        line for line in status.splitlines() if line.startswith(("Sig", "Shd", "TracerPid"))
+    )
 
 
 def test_retracing_warnings_are_counted_and_passed_through() -> None:
