@@ -41,7 +41,16 @@ def start_run(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, **(env or {})},
+        preexec_fn=as_from_a_terminal,
     )
+
+
+def as_from_a_terminal() -> None:
+    """Give driftwatch (and so its job) the default action for the signals a shell ignores
+    in what it starts in the background or under nohup: a test run started that way (a CI
+    script) must not make the job ignore the SIGINT driftwatch forwards to it."""
+    for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
 
 
 def metrics_url(process: subprocess.Popen[str]) -> str:
