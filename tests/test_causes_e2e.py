@@ -102,17 +102,6 @@ def test_a_cpu_hog_started_beside_a_real_keras_job_is_named_host_contention(
     assert numbers["target_cpu_cores_after"] < 0.8 * numbers["target_cpu_cores_before"]
 
 
-def test_a_real_growing_callback_is_named_host_time(tmp_path: Path) -> None:
-    # Expected: the callback rewrites the whole loss history after each batch: the share of
-    # each step outside the train step rises from about a quarter to most of it (26 % ->
-    # 69 % in a trial run, score 4.3) as steps get several times slower.
-    findings = run_job(EXAMPLES / "growing_callback.py", tmp_path, "--seconds", "45")
-    top = top_cause(findings)
-    assert top["cause"] == "host_time", top
-    numbers = top["numbers"]
-    assert numbers["outside_step_share_after"] > numbers["outside_step_share_before"] + 0.2
-
-
 @pytest.mark.timeout(600)
 def test_retracing_that_starts_after_a_warmup_is_named_retracing(tmp_path: Path) -> None:
     # Expected: 35 s at one learning rate (one trace), then a new Python float every step:
