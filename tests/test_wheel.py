@@ -27,6 +27,7 @@ import pytest
 
 from driftwatch.demo import examples
 from tests.conftest import EXAMPLES, REPO, TF_ENV
+from tests.test_run import as_from_a_terminal
 
 BUILT_FROM = ("pyproject.toml", "README.md", "driftwatch")
 """What the build reads: copied to a scratch directory, so the checkout gets no build/."""
@@ -142,6 +143,7 @@ def test_the_wheel_runs_an_example_under_the_demo(installed: Installed, tmp_path
             stdout=subprocess.PIPE,
             stderr=errors,
             text=True,
+            preexec_fn=as_from_a_terminal,  # the SIGINT it forwards must not be ignored
         )
     watchdog = threading.Timer(DEMO_DEADLINE, demo.kill)
     watchdog.start()
