@@ -95,6 +95,32 @@ def test_stalls_are_compared_with_the_time_between_them() -> None:
     assert numbers["read_bytes_per_second_after"] == pytest.approx(50 * 2**20, rel=0.1)
 
 
+def test_retracing_is_counted_per_step_from_the_step_counter() -> None:
+    # Expected: 1,000 steps/s for 120 s with one trace, then a trace on every step at
+    # 5 steps/s; the tracing count is read every 4 s (as the hook does), steps every 1 s:
+    # 0 -> 1 trace per step, score (1 - 0) / 0.01 = 100. (Steps' mean time times the
+    # traces' rate said 0.05 on a real run whose after-window began on fast steps.)
+    ranker = CauseRanker()
+    samples, step, traces = [], 0.0, 1.0
+    for t in range(1, 241):
+        rate = 1000.0 if t <= 120 else 5.0
+        step += rate
+        traces += 0.0 if t <= 120 else rate
+        samples += [
+            Sample("train_step", step, float(t)),
+            Sample("step_seconds", 1 / rate, float(t)),
+        ]
+        if t % 4 == 0:
+            samples.append(Sample("tracing_count", traces, float(t)))
+    feed(ranker, samples)
+    [found] = ranker.annotate([slowdown(120.0)], 240.0)
+    top = found.causes[0]
+    assert top.cause == "retracing"
+    assert top.numbers["traces_per_step_before"] == pytest.approx(0.0)
+    assert top.numbers["traces_per_step_after"] == pytest.approx(1.0, rel=0.05)
+    assert top.score == pytest.approx(100, rel=0.05)
+
+
 def test_a_stalled_run_is_judged_since_its_last_step() -> None:
     # Expected: the job stops stepping at 200 s while its RSS sits at 97 % of its limit:
     # memory near its limit, (0.97 - 0.85) / 0.05 = 2.4.

@@ -163,18 +163,18 @@ def host_time(signals: Signals) -> Iterator[RankedCause]:
 
 
 def retracing(signals: Signals) -> Iterator[RankedCause]:
-    """More traces (or retracing warnings) per step."""
-    step = signals.mean("step_seconds")
+    """More traces (or retracing warnings) per step: their count's rise over the steps'."""
+    steps = signals.rate("train_step")
     best = 0.0, (math.nan, math.nan)
     for series in ("tracing_count", "retracing_warnings_total"):
-        rate = signals.rate(series)
-        per_step = (rate[0] * step[0], rate[1] * step[1])
+        traces = signals.rate(series)
+        per_step = tuple(t / s if s > 0 else math.nan for t, s in zip(traces, steps, strict=True))
         if not math.isfinite(per_step[1]):
             continue
-        per_step = (per_step[0] if math.isfinite(per_step[0]) else 0.0, per_step[1])
-        score = _positive(_rise(per_step)) / TRACES_STEP
+        pair = (per_step[0] if math.isfinite(per_step[0]) else 0.0, per_step[1])
+        score = _positive(_rise(pair)) / TRACES_STEP
         if score > best[0]:
-            best = score, per_step
+            best = score, pair
     yield RankedCause("retracing", best[0], _numbers(traces_per_step=best[1]))
 
 

@@ -53,6 +53,7 @@ RATES = frozenset(
         "cgroup_cpu_throttled_seconds",
         "tracing_count",
         "retracing_warnings_total",
+        "train_step",
         "event_file_bytes",
         "nondisk_write_bytes",
         "read_bytes",
