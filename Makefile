@@ -47,7 +47,7 @@ lint: $(VENV)/.installed
 # a time, so no other test competes with them for the two cores; those judged on memory,
 # event files or NaNs only (marked paired) run two at once.
 test: $(VENV)/.installed system-deps
-	$(BIN)/pytest -n 2 -m "not tf" $(PYTEST_ARGS)
+	$(BIN)/pytest -n 4 -m "not tf" $(PYTEST_ARGS)
 	$(BIN)/pytest -n 2 -m "tf and paired" $(PYTEST_ARGS)
 	$(BIN)/pytest -m "tf and not paired" --durations=10 $(PYTEST_ARGS)
 

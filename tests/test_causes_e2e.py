@@ -6,49 +6,19 @@ Judged on step times: plain ``tf`` tests, never ``paired``.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from driftwatch.series import SERIES
-from tests.conftest import EXAMPLES, REPO, TF_ENV
+from tests.conftest import REPO
+from tests.jobs import FinishedRun, run_job
 
 pytestmark = pytest.mark.tf
 
 SLOWDOWNS = frozenset({"abrupt_slowdown", "gradual_slowdown"})
 PROGRAMS = REPO / "tests" / "data" / "programs"
-ENV = {**os.environ, **TF_ENV, "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
-"""One TensorFlow thread, as in test_examples_e2e: the job keeps to one core."""
-
-
-def run_job(
-    program: Path, tmp_path: Path, *args: str, beside: Callable[[Path], None] | None = None
-) -> list[dict[str, Any]]:
-    """The findings of ``program`` under ``driftwatch run`` with default flags; ``beside``
-    is called with the job's logdir while it runs."""
-    findings = tmp_path / "findings.jsonl"
-    logdir = tmp_path / "logs"
-    command = [sys.executable, "-m", "driftwatch", "run", "--listen", "127.0.0.1:0"]
-    command += ["--findings", str(findings), "--", sys.executable, str(program)]
-    command += ["--logdir", str(logdir), *args]
-    with subprocess.Popen(
-        command, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    ) as job:
-        if beside is not None:
-            beside(logdir)
-        _, err = job.communicate(timeout=400)
-    assert job.returncode == 0, err[-2000:]
-    if not findings.exists():
-        return []
-    return [json.loads(line) for line in findings.read_text().splitlines()]
 
 
 def top_cause(findings: list[dict[str, Any]]) -> dict[str, Any]:
@@ -61,20 +31,8 @@ def top_cause(findings: list[dict[str, Any]]) -> dict[str, Any]:
     return dict(causes[0])
 
 
-@contextmanager
-def cpu_hog(processes: int) -> Iterator[None]:
-    """``processes`` busy Python loops, stopped on leaving."""
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(processes)]
-    try:
-        yield
-    finally:
-        for hog in hogs:
-            hog.kill()
-            hog.wait()
-
-
 def test_a_cpu_hog_started_beside_a_real_keras_job_is_named_host_contention(
-    tmp_path: Path,
+    keras_job_slowed_by_a_cpu_hog: FinishedRun,
 ) -> None:
     # Expected: a 1-thread Keras job on a 2-core VM; after 20 s of steps, 3 busy processes
     # start beside it: the job gets about half a core (steps ~2x slower), the node's CPU
@@ -83,19 +41,7 @@ def test_a_cpu_hog_started_beside_a_real_keras_job_is_named_host_contention(
     # (half: 2), above every other cause. On a saturated node (pressure near 1 s/s before),
     # the fall of the job's CPU time alone: 0.5 / 0.25 = 2 (a trial at load 13: 0.99 -> 1.00
     # s/s, 0.34 -> 0.19 cores, score 1.9 then 2.4; steps 1.2 -> 4.0 ms, 3.4x).
-    def hog_after_warmup(logdir: Path) -> None:
-        deadline = time.monotonic() + 60
-        while not any(logdir.rglob("events.out.tfevents.*")) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        time.sleep(20)
-        with cpu_hog(3):
-            time.sleep(30)
-
-    program = EXAMPLES / "train_keras.py"
-    findings = run_job(
-        program, tmp_path, "--epochs", "100000", "--seconds", "48", beside=hog_after_warmup
-    )
-    top = top_cause(findings)
+    top = top_cause(keras_job_slowed_by_a_cpu_hog.findings)
     assert top["cause"] == "host_cpu_contention", top
     numbers = top["numbers"]
     assert numbers["cpu_pressure_share_after"] > 0.5
@@ -111,7 +57,7 @@ def test_retracing_that_starts_after_a_warmup_is_named_retracing(tmp_path: Path)
     # to report it live: the job ends after 500 slow steps (15 s on a quiet machine, over
     # 2 minutes at load 15: 270 ms a trace).
     args = ("--why", "retracing", "--warmup", "35", "--slow-steps", "500")
-    findings = run_job(PROGRAMS / "slows_after_warmup.py", tmp_path, *args)
+    findings = run_job(PROGRAMS / "slows_after_warmup.py", tmp_path, *args).findings
     top = top_cause(findings)
     assert top["cause"] == "retracing", top
     # Traces over steps since the onset: 1.03-1.06 in a trial on a quiet machine. (Counted
@@ -125,7 +71,7 @@ def test_a_slow_tf_data_map_in_a_custom_loop_is_named_input_wait(tmp_path: Path)
     # input_wait; without it (before s8-inputbound), the wait is time outside the train
     # step: host_time, its share from a few % to most of the step.
     args = ("--why", "input", "--warmup", "15", "--slow-steps", "1500")
-    findings = run_job(PROGRAMS / "slows_after_warmup.py", tmp_path, *args)
+    findings = run_job(PROGRAMS / "slows_after_warmup.py", tmp_path, *args).findings
     top = top_cause(findings)
     expected = "input_wait" if "input_wait_share" in SERIES else "host_time"
     assert top["cause"] == expected, top

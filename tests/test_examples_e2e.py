@@ -141,6 +141,7 @@ def test_the_demo_shows_two_problems_with_causes_and_fixes() -> None:
         assert said in summary  # what, and what to try
 
 
+@pytest.mark.paired
 def test_demo_lists_the_examples() -> None:
     result = driftwatch("demo", "--list")
     assert result.returncode == 0, result.stderr
@@ -149,6 +150,7 @@ def test_demo_lists_the_examples() -> None:
     assert "common" not in names  # a helper module, not an example
 
 
+@pytest.mark.paired
 def test_demo_of_an_unknown_example_is_one_line() -> None:
     result = driftwatch("demo", "no_such_example")
     assert result.returncode == 1

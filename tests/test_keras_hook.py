@@ -22,7 +22,7 @@ from driftwatch.channel.wire import SERIES_META, Kind
 from driftwatch.hook import core
 from tests.conftest import TF_ENV
 
-pytestmark = pytest.mark.tf
+pytestmark = [pytest.mark.tf, pytest.mark.paired]
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
