@@ -673,8 +673,25 @@ def growing(
     ]
 
 
-@pytest.mark.parametrize("name", ["custom_loop", "train_keras", "cnn_fit_validation"])
-@pytest.mark.parametrize("slower", [1.0, 2.0])
+TENSORBOARD_GROWTH = pytest.mark.xfail(
+    strict=True,
+    reason="its TensorBoard callback keeps about 2 KB a step, as scenarios/"
+    "fit_validation_tensorboard.py does (tensorflow/tensorflow#34876): RSS grows linearly "
+    "after start-up (596 -> 617 MB over 26 s standalone, scenarios/measurements/"
+    "examples_train_keras_30s.txt), and since s9-endgrowth the end of the run states "
+    "steady growth to the end: the example is not healthy while it uses the callback",
+)
+"""The example ``train_keras`` grows with its TensorBoard callback: stated at a run's end."""
+
+
+@pytest.mark.parametrize(
+    ("slower", "name"),
+    [
+        pytest.param(k, n, marks=TENSORBOARD_GROWTH if (n, k) == ("train_keras", 1.0) else ())
+        for k in (1.0, 2.0)
+        for n in ("custom_loop", "train_keras", "cnn_fit_validation")
+    ],
+)
 def test_recorded_tensorflow_start_ups_raise_no_warning(name: str, slower: float) -> None:
     """Real start-ups read every 0.5 s (import, model build, first batches, then a creep),
     on this host and on one twice as slow, against the host's limit and an 8 GiB one: no
