@@ -694,9 +694,10 @@ def test_the_recorded_train_keras_growth_is_stated_at_its_end_only() -> None:
     for limit in (None, 8.0 * GIB):
         live, final = whole_run(recorded("train_keras", limit=limit))
         assert live == [], (limit, live)
-        assert [(f.kind, f.severity) for f in final] == [
-            ("host_memory_drift", Severity.WARNING)
-        ], (limit, final)
+        assert [(f.kind, f.severity) for f in final] == [("host_memory_drift", Severity.WARNING)], (
+            limit,
+            final,
+        )
 
 
 def test_a_recorded_leak_with_no_step_signal_is_reported_within_seconds() -> None:
