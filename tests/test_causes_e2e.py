@@ -48,6 +48,30 @@ def test_a_cpu_hog_started_beside_a_real_keras_job_is_named_host_contention(
     assert numbers["target_cpu_cores_after"] < 0.8 * numbers["target_cpu_cores_before"]
 
 
+def test_a_real_keras_callback_whose_cost_grows_is_named_host_time(tmp_path: Path) -> None:
+    # Expected: a Keras fit of 0.8-0.9-ms steps, about 1 % of each outside the train step;
+    # 20 s on (5 warm-up and 10 baseline blocks of about a second, and some to spare), the
+    # callback starts keeping every batch's logs and rebuilding them all as JSON each batch:
+    # steps 3x slower within 2 s, 5-7x by the end 10 s later. Told live, about 4 s after
+    # the change: a slowdown of 1.6-3.6x when first stated (abrupt: the level triples within
+    # the 5 blocks that tell a step from a ramp; or gradual, then stepping up; a long job's
+    # hours-long climb would be gradual), whose top cause is callbacks and host work: the
+    # share of each step outside the train step from about 1 % to 28-47 % since the onset
+    # (scores 2.7-4.6; 76 % a report's step later), its time from ~0 to 1-2 ms. Contention
+    # stays under 1 unless another job starts beside it: the callback does no I/O, which
+    # would lower the job's CPU time (docs/detectors.md, "A growing callback"). The bundled
+    # growing_callback.py slows from its first step, mostly inside that warm-up and
+    # baseline: its live reports sat at the first chunk's 1.4x bar, or came at its end.
+    program = PROGRAMS / "callback_grows_after_warmup.py"
+    findings = run_job(program, tmp_path, "--warmup", "20", "--seconds", "10")
+    live = [f for f in findings if f["kind"] in SLOWDOWNS and "judged_at_end" not in f["evidence"]]
+    assert live, f"not reported live: {[(f['kind'], f['evidence']) for f in findings]}"
+    top = top_cause(findings)
+    assert top["cause"] == "host_time", top
+    numbers = top["numbers"]
+    assert numbers["outside_step_share_after"] > numbers["outside_step_share_before"] + 0.2
+
+
 @pytest.mark.timeout(600)
 def test_retracing_that_starts_after_a_warmup_is_named_retracing(tmp_path: Path) -> None:
     # Expected: 35 s at one learning rate (one trace), then a new Python float every step:
