@@ -60,7 +60,7 @@ def test_a_real_keras_callback_whose_cost_grows_is_named_host_time(tmp_path: Pat
     # numbers when first stated are read since the onset, 2-4 blocks into the climb: the
     # share of each step outside the train step from about 1 % to 30-62 % (scores 2.9-6.1);
     # the report's, ranked again 10 s later where the run lasted that long, 65-79 % (6.1-6.9).
-    # Contention: 0-3 on this shared 2-core VM, from other jobs; on top once in 20 runs (the
+    # Contention: 0-3 on this shared 2-core VM, from other jobs; on top once in 25 runs (the
     # job's CPU 0.78 -> 0.38 cores, the node's pressure 0.63 -> 0.87 s/s). The bundled
     # growing_callback.py slows from its first step, mostly inside that warm-up and
     # baseline: its live reports sat at the first chunk's 1.4x bar, or came at its end
