@@ -82,13 +82,13 @@ def test_a_real_keras_callback_whose_cost_grows_is_named_host_time(tmp_path: Pat
 
 @pytest.mark.timeout(600)
 def test_retracing_that_starts_after_a_warmup_is_named_retracing(tmp_path: Path) -> None:
-    # Expected: 35 s at one learning rate (one trace), then a new Python float every step:
+    # Expected: 25 s at one learning rate (one trace), then a new Python float every step:
     # a trace per step (score (1 - 0) / 0.01 = 100), steps from about a millisecond to
     # 20-300 ms (a trace; the more the busier the machine). A slowdown is judged on blocks
     # of 100 steps: 15 of the fast ones to set a baseline (warm-up included), 3-4 slow ones
     # to report it live: the job ends after 500 slow steps (15 s on a quiet machine, over
     # 2 minutes at load 15: 270 ms a trace).
-    args = ("--why", "retracing", "--warmup", "35", "--slow-steps", "500")
+    args = ("--why", "retracing", "--warmup", "25", "--slow-steps", "500")
     findings = run_job(PROGRAMS / "slows_after_warmup.py", tmp_path, *args).findings
     top = top_cause(findings)
     assert top["cause"] == "retracing", top
@@ -102,7 +102,7 @@ def test_a_slow_tf_data_map_in_a_custom_loop_is_named_input_wait(tmp_path: Path)
     # loop waits for input most of each step. With the hook's input-wait share that is
     # input_wait; without it (before s8-inputbound), the wait is time outside the train
     # step: host_time, its share from a few % to most of the step.
-    args = ("--why", "input", "--warmup", "15", "--slow-steps", "1500")
+    args = ("--why", "input", "--warmup", "15", "--slow-steps", "800")
     findings = run_job(PROGRAMS / "slows_after_warmup.py", tmp_path, *args).findings
     top = top_cause(findings)
     expected = "input_wait" if "input_wait_share" in SERIES else "host_time"
