@@ -165,9 +165,9 @@ class Monitor:
             samples = self._label_sets.admit(samples)
             self.store.extend(samples)
             self.moving.observe(samples)
+            self._engine.observe_all(samples)
             wanted = self.goodput.series
             for sample in samples:
-                self._engine.observe(sample)
                 if sample.series in wanted:
                     self.goodput.observe(sample)
 

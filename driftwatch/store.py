@@ -219,8 +219,13 @@ class Store:
         history.add(sample.t, sample.value)
 
     def extend(self, samples: Iterable[Sample]) -> None:
-        for sample in samples:
-            self.add(sample)
+        histories = self._histories
+        for sample in samples:  # ``add``'s body, without a call per sample
+            key = (sample.series, sample.labels)
+            history = histories.get(key)
+            if history is None:
+                history = histories[key] = SeriesHistory(self._raw_capacity, self._tiers)
+            history.add(sample.t, sample.value)
 
     def get(self, key: SeriesKey) -> SeriesHistory | None:
         return self._histories.get(key)
