@@ -11,9 +11,13 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 import pytest
+
+if TYPE_CHECKING:
+    from tests.jobs import FinishedRun
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "driftwatch" / "examples"
@@ -48,6 +52,15 @@ def wait_for(predicate: object, timeout: float, what: str, poll: float = 0.05) -
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout} s waiting for {what}")
         time.sleep(poll)
+
+
+@pytest.fixture(scope="session")
+def keras_job_slowed_by_a_cpu_hog(tmp_path_factory: pytest.TempPathFactory) -> FinishedRun:
+    """One real Keras job slowed by a CPU hog beside it, run once for every test that judges
+    it (its causes, its captures)."""
+    from tests.jobs import keras_job_slowed_by_a_cpu_hog as run  # it imports this module
+
+    return run(tmp_path_factory.mktemp("hogged"))
 
 
 def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

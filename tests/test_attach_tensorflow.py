@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import EXAMPLES, TF_ENV, promtool_check_metrics, wait_for
 
-pytestmark = pytest.mark.tf
+pytestmark = [pytest.mark.tf, pytest.mark.paired]
 
 INTERVAL = 2.0
 """attach's default --interval: the seconds between the lines it prints."""

@@ -1,6 +1,7 @@
-"""A real Keras job that slows down, under ``driftwatch run`` with its default flags: the
-slowdown's finding captures a real py-spy dump and a real TensorFlow Profiler trace (on the
-CPU), beside a reference trace taken after warm-up, and ``driftwatch report`` lists them."""
+"""A real Keras job that slows down (a CPU hog beside it), under ``driftwatch run`` with its
+default flags: the slowdown's finding captures a real py-spy dump and a real TensorFlow
+Profiler trace (on the CPU), beside a reference trace taken after warm-up, and ``driftwatch
+report`` lists them. The job is shared with tests/test_causes_e2e.py, which judges its cause."""
 
 from __future__ import annotations
 
@@ -10,52 +11,24 @@ import subprocess
 import sys
 from pathlib import Path
 
-import psutil
 import pytest
 
-from driftwatch.capture.store import REFERENCE, Capture, list_captures
-from tests.conftest import EXAMPLES, REPO, TF_ENV, run_cli, wait_for
+from driftwatch.capture.store import REFERENCE
+from tests.conftest import TF_ENV
+from tests.jobs import FinishedRun
 
 SLOWDOWNS = {"abrupt_slowdown", "gradual_slowdown"}
 
 
-def captures_of(data_home: Path) -> list[Capture]:
-    root = data_home / "driftwatch" / "history.captures"
-    runs = sorted(root.iterdir()) if root.is_dir() else []
-    return [c for run in runs for c in list_captures(run)]
-
-
-def has_slowdown_evidence(data_home: Path) -> bool:
-    found = {(c.what, c.label in SLOWDOWNS) for c in captures_of(data_home)}
-    return {("stack", True), ("trace", True)} <= found
-
-
 @pytest.mark.tf
-@pytest.mark.timeout(420)
 def test_a_slowing_job_leaves_a_stack_dump_and_a_profiler_trace_that_the_report_lists(
-    tmp_path: Path,
+    keras_job_slowed_by_a_cpu_hog: FinishedRun, tmp_path: Path
 ) -> None:
-    data_home = Path(os.environ["XDG_DATA_HOME"])  # this test's own (conftest)
-    script = [str(EXAMPLES / "train_keras.py"), "--logdir", str(tmp_path / "logs")]
-    # 20,000 steps of baseline (20 s on a quiet machine, a few minutes on a busy one), then
-    # each step 10 ms slower.
-    job = [*script, "--epochs", "10000", "--slow-from-step", "20000", "--slow-seconds", "0.01"]
-    run = subprocess.Popen(
-        [sys.executable, "-m", "driftwatch", "run", "--", sys.executable, *job, "--seconds", "360"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, **TF_ENV, "PYTHONPATH": str(REPO)},
-    )
-    try:
-        wait_for(lambda: has_slowdown_evidence(data_home), 360, "the slowdown's captures", 1.0)
-    finally:
-        for job_process in psutil.Process(run.pid).children():
-            job_process.terminate()  # the job ends; driftwatch reads the rest and sums up
-        _, stderr = run.communicate(timeout=60)
-    assert "Traceback" not in stderr, stderr
-
-    result = run_cli("report", "--json")
+    # Expected: a reference trace once the hook has counted 200 steps and 10 s; when the
+    # hog's slowdown is reported (within seconds of its start), a py-spy dump of the job's
+    # threads and a trace of a few steps, named in the finding; all listed by the report.
+    run = keras_job_slowed_by_a_cpu_hog
+    result = run.cli("report", "--json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     captures = report["captures"]
@@ -94,10 +67,10 @@ def test_a_slowing_job_leaves_a_stack_dump_and_a_profiler_trace_that_the_report_
     assert slowdown["evidence"]["capture_logdir"] == str(logdir)
     assert slowdown["evidence"]["capture_reference"] == str(traces[REFERENCE])
 
-    text = run_cli("report").stdout
+    text = run.cli("report").stdout
     assert "captures:" in text
     assert f"traces: tensorboard --logdir {logdir}" in text
     assert stack["path"] in text
     html = tmp_path / "report.html"
-    assert run_cli("report", "--html", str(html)).returncode == 0
+    assert run.cli("report", "--html", str(html)).returncode == 0
     assert "<h2>Captures</h2>" in html.read_text()

@@ -15,7 +15,7 @@ import pytest
 from driftwatch.history.reader import HistoryReader, StoredBucket
 from tests.conftest import TF_ENV
 
-pytestmark = pytest.mark.tf
+pytestmark = [pytest.mark.tf, pytest.mark.paired]
 
 ONE_THREAD = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
 

@@ -822,6 +822,7 @@ TRAIN = textwrap.dedent(
 
 
 @pytest.mark.tf
+@pytest.mark.paired
 def test_daemon_picks_up_two_hooked_trainings_started_after_it_and_drops_them(
     daemons: list[DaemonProcess], tmp_path: Path
 ) -> None:

@@ -496,6 +496,7 @@ writer.flush()
 
 
 @pytest.mark.tf
+@pytest.mark.paired
 @pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="needs TensorFlow")
 def test_reads_what_tensorflow_writes(tmp_path: Path) -> None:
     steps = 5

@@ -54,10 +54,18 @@ SCENARIOS = [
     leak("tensors_kept_alive", "tensors_kept_alive", "unknown"),
     Scenario("image_summaries", frozenset({"event_file_unrotated", "event_file_growth"})),
     Scenario("late_nan", frozenset({"nonfinite"}), args=()),
-    Scenario("growing_callback", frozenset({"slow_callbacks", "gradual_slowdown"})),
+    # growing_callback alone is not run here: the demo test runs it with late_nan
+    # (slow_and_diverging) and asserts its slow_callbacks; test_causes_e2e ranks the
+    # slowdown of a callback whose cost grows.
+    # The control, but for its TensorBoard callback's 2 KB a step (tensorflow/tensorflow#34876;
+    # standalone 597 -> 650 MB linearly over 140 s): stated at the run's end.
+    Scenario(
+        "train_keras",
+        frozenset({"host_memory_drift"}),
+        args=("--epochs", "100000", "--seconds", SECONDS),
+    ),
 ]
 HEALTHY = [
-    Scenario("train_keras", frozenset(), args=("--epochs", "100000", "--seconds", SECONDS)),
     Scenario("checkpoints", frozenset(), info="periodic_stall"),
 ]
 
@@ -141,6 +149,7 @@ def test_the_demo_shows_two_problems_with_causes_and_fixes() -> None:
         assert said in summary  # what, and what to try
 
 
+@pytest.mark.paired
 def test_demo_lists_the_examples() -> None:
     result = driftwatch("demo", "--list")
     assert result.returncode == 0, result.stderr
@@ -149,6 +158,7 @@ def test_demo_lists_the_examples() -> None:
     assert "common" not in names  # a helper module, not an example
 
 
+@pytest.mark.paired
 def test_demo_of_an_unknown_example_is_one_line() -> None:
     result = driftwatch("demo", "no_such_example")
     assert result.returncode == 1

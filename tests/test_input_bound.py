@@ -226,6 +226,7 @@ def traced_fit(tmp_path: Path, *mode: str) -> tuple[float, int, float, float]:
 
 
 @pytest.mark.tf
+@pytest.mark.paired
 def test_a_profiler_trace_of_fit_tells_its_input_wait(tmp_path: Path) -> None:
     # Expected: fit fetches inside its graph, yet the trace's IteratorGetNext events hold
     # each batch's wait. tf.data injects a prefetch, so a slow map overlaps the step: with a
@@ -250,6 +251,7 @@ print("steps", 80)
 
 
 @pytest.mark.tf
+@pytest.mark.paired
 def test_fit_with_the_same_slow_map_gets_no_input_wait_with_default_flags(tmp_path: Path) -> None:
     # fit fetches inside its graph: the hook times its steps but cannot tell the wait, and
     # says nothing rather than 0 (docs/hook.md, "Input wait").

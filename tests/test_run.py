@@ -206,6 +206,7 @@ def test_a_missing_command_is_one_line() -> None:
 
 
 @pytest.mark.tf
+@pytest.mark.paired
 def test_run_injects_the_hook_into_an_unmodified_keras_script(
     tmp_path: Path, promtool: str
 ) -> None:

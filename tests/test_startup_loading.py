@@ -37,6 +37,16 @@ HEALTHY = [
     for name in ("custom_loop", "train_keras", "cnn_fit_validation")
     for busy in ("", "_busy")
 ]
+SUITE_HEALTHY = [
+    "scenario_healthy_fit_validation",
+    "scenario_healthy_fit_cache",
+    "scenario_healthy_loop",
+    "scenario_healthy_custom_train_step",
+]
+"""The failure suite's healthy programs (scenarios/), recorded with the e2e test's one
+TensorFlow thread: start-up, then 20 s of training."""
+TENSORBOARD_FIT = "scenario_fit_validation_tensorboard"
+"""``fit`` with the TensorBoard callback: 2 KB a step, +17 MB linearly over its 20 s."""
 
 
 def recorded_fields(name: str, *, slower: float = 1.0, limit: float | None = None) -> list[Sample]:
@@ -82,15 +92,16 @@ CREEP_8GIB = pytest.mark.xfail(
     ("name", "slower"),
     [
         pytest.param(n, k, marks=CREEP_8GIB if (n, k) == ("cnn_fit_validation", 1.0) else ())
-        for n in HEALTHY
+        for n in HEALTHY + SUITE_HEALTHY
         for k in (1.0, 2.0, 3.0)
     ],
 )
 def test_recorded_start_ups_with_their_loading_raise_no_warning(name: str, slower: float) -> None:
     """Real start-ups (import, model build, tracing, first batches, then a creep), recorded on
-    this host and on one made busy (a process spinning on its CPU), replayed as recorded and
-    stretched 2x and 3x, against the host's limit and an 8 GiB one: no warning live, none at
-    the end."""
+    this host and on one made busy (a process spinning on its CPU), and the failure suite's
+    healthy programs, replayed as recorded and stretched 2x and 3x, against the host's limit
+    and an 8 GiB one: no warning live, none at the end (a settling creep is not steady
+    growth)."""
     for limit in (None, 8.0 * GIB):
         live, final = whole_run(recorded_fields(name, slower=slower, limit=limit))
         assert (live, final) == ([], []), (limit, live, final)
@@ -262,3 +273,35 @@ def test_loading_ends_where_a_scan_of_every_row_finds_it(seed: int) -> None:
             checked.reading(name, t, value)
     expected = scanned_end(rows)
     assert (checked.ended_at, checked.decided_at) == pytest.approx(expected, nan_ok=True)
+
+
+@pytest.mark.parametrize("slower", [1.0, 2.0])
+def test_steady_growth_to_the_end_of_a_short_fit_is_stated_at_its_end(slower: float) -> None:
+    """``fit`` with the TensorBoard callback: after its start-up RSS grows 17 MB (3 %) evenly
+    until the job ends 20 s later, too little and too soon for any live window. Its end
+    states it, as recorded and on a host twice as slow, with its rate (3.7 GiB/h as
+    recorded), as a warning: at that rate the host's limit and an 8 GiB one are hours
+    away."""
+    for limit in (None, 8.0 * GIB):
+        live, final = whole_run(recorded_fields(TENSORBOARD_FIT, slower=slower, limit=limit))
+        assert live == [], limit
+        (finding,) = final
+        assert finding.kind == "host_memory_drift"
+        assert finding.evidence["judged_at_end"] == "whole run"
+        assert finding.severity is Severity.WARNING
+        per_hour = float(finding.evidence["slope_bytes_per_hour"])
+        assert per_hour == pytest.approx(3.7 * GIB / slower, rel=0.15), limit
+        assert float(finding.evidence["seconds_to_limit"]) > 3600
+
+
+def test_steady_growth_stated_at_the_end_is_critical_when_the_limit_was_near() -> None:
+    """The same growth against a limit 160 MiB above where it ended: at 1 MB/s it would have
+    reached it within minutes, so the end states it as critical."""
+    samples = recorded_fields(TENSORBOARD_FIT)
+    top = max(s.value for s in samples if s.series == "rss_bytes")
+    live, final = whole_run(recorded_fields(TENSORBOARD_FIT, limit=top + 160 * MIB))
+    assert live == []
+    (finding,) = final
+    assert finding.kind == "host_memory_drift"
+    assert finding.severity is Severity.CRITICAL
+    assert float(finding.evidence["seconds_to_limit"]) < 600

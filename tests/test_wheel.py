@@ -130,6 +130,7 @@ def test_the_wheel_lists_the_examples_from_its_own_copy(installed: Installed) ->
 
 
 @pytest.mark.tf
+@pytest.mark.paired
 def test_the_wheel_runs_an_example_under_the_demo(installed: Installed, tmp_path: Path) -> None:
     """``driftwatch demo train_keras`` until the hook's steps show, then Ctrl-C (SIGINT, which
     the demo passes on to the job): the demo still ends with its summary and report."""

@@ -23,6 +23,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -99,12 +100,27 @@ PROGRAMS = {
     "cnn_fit_validation": ["-c", CNN_FIT],
     "kept_outputs": ["-c", KEPT_OUTPUTS],
     "python_float_lr": ["-c", PYTHON_FLOAT_LR],
+    **{
+        f"scenario_{name}": [f"scenarios/{name}.py", "--seconds"]
+        for name in (
+            "fit_validation_tensorboard",
+            "healthy_fit_validation",
+            "healthy_fit_cache",
+            "healthy_loop",
+            "healthy_custom_train_step",
+        )
+    },
 }
 """Healthy programs: Keras ``fit`` with TensorBoard and a validation split (the project's
 control example), a ``tf.function`` + ``GradientTape`` loop with no TensorBoard, and a
 small CNN's ``fit`` with a validation split; leaking ones: that loop keeping a 64 KiB tensor
 per batch in a list, and passing a decaying learning rate as a Python float (a new trace
-each step)."""
+each step). ``scenario_*``: programs of the failure suite (``scenarios/``), run with one
+TensorFlow thread as its e2e test runs them (``SCENARIO_ENV``)."""
+
+SCENARIO_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"}
+SCENARIO_ENV |= {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
+"""Environment of a ``scenario_*`` program: the e2e test's (tests/test_scenarios_e2e.py)."""
 
 
 def command(name: str, seconds: float) -> list[str]:
@@ -156,22 +172,27 @@ SPIN = "while True:\n    pass\n"
 
 
 def record(name: str, seconds: float, out: Path, *, fields: bool = False, busy: int = 0) -> int:
-    """Run program ``name`` for about ``seconds`` of training; write its readings to ``out``."""
+    """Run program ``name`` for about ``seconds`` of training; write its readings to ``out``
+    and print the program's last line of output (a scenario's ``done`` line: its steps)."""
     pin = ["taskset", "-c", "0"] if busy else []
+    env = {**os.environ, **SCENARIO_ENV} if name.startswith("scenario_") else None
     spinners = [subprocess.Popen([*pin, sys.executable, "-c", SPIN]) for _ in range(busy)]
     try:
-        started = time.time()
-        process = subprocess.Popen([*pin, *command(name, seconds)], stdout=subprocess.DEVNULL)
-        host = host_memory_bytes()
-        lines = [{"t": round(started, 3), "series": "memory_limit_bytes", "value": host}]
-        tick = time.monotonic()
-        while process.poll() is None:
-            values = readings(process.pid, fields)
-            now = round(time.time(), 3)
-            if values.get("rss_bytes", 0.0) > 0:
-                lines += [{"t": now, "series": k, "value": v} for k, v in values.items()]
-            tick += TICK_SECONDS
-            time.sleep(max(0.0, tick - time.monotonic()))
+        with tempfile.TemporaryFile("w+") as said:
+            started = time.time()
+            process = subprocess.Popen([*pin, *command(name, seconds)], stdout=said, env=env)
+            host = host_memory_bytes()
+            lines = [{"t": round(started, 3), "series": "memory_limit_bytes", "value": host}]
+            tick = time.monotonic()
+            while process.poll() is None:
+                values = readings(process.pid, fields)
+                now = round(time.time(), 3)
+                if values.get("rss_bytes", 0.0) > 0:
+                    lines += [{"t": now, "series": k, "value": v} for k, v in values.items()]
+                tick += TICK_SECONDS
+                time.sleep(max(0.0, tick - time.monotonic()))
+            said.seek(0)
+            print(*said.read().splitlines()[-1:])
     finally:
         for spinner in spinners:
             spinner.kill()

@@ -27,13 +27,11 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from driftwatch.detect import Evaluation
 from driftwatch.detect.memory_trends import (
+    CONCLUDE_MIN_POINTS,
     DEFAULT_THRESHOLDS,
     MIN_READINGS,
-    RAPID_EVEN,
     RAPID_MAX_WIDTH,
     READINGS_KEPT,
     Analysis,
@@ -42,6 +40,7 @@ from driftwatch.detect.memory_trends import (
     Trend,
     analyse_scale,
     fresh_rises,
+    whole_run_trend,
 )
 from driftwatch.detect.startup import (
     LOADING_SERIES,
@@ -50,28 +49,10 @@ from driftwatch.detect.startup import (
     Loading,
     StartUp,
 )
-from driftwatch.detect.stats import mann_kendall, theil_sen
 from driftwatch.detect.windows import WindowMeans
 from driftwatch.findings import KINDS, Finding, Severity
 from driftwatch.series import Labels, Sample
-from driftwatch.units import MIB, clock, human_bytes, human_seconds
-
-CONCLUDE_MIN_POINTS = 3
-"""Window floors since start-up (the open one included) a run's end needs to state growth."""
-CONCLUDE_MIN_SHARE = 0.1
-"""Growth stated at a run's end adds at least this share of the level it started from."""
-CONCLUDE_JUMP_SHARE = 0.5
-"""Growth stated at a run's end has no window rising by more than this share of it."""
-CONCLUDE_ALPHA = 0.01
-"""Mann-Kendall level for growth stated at a run's end, from ``CONCLUDE_MK_POINTS`` windows."""
-CONCLUDE_MK_POINTS = 6
-"""Windows from which that test applies; fewer must each be higher than the last."""
-CONCLUDE_PACE = 0.5
-"""Growth stated at a run's end: its newer half rose at least this share of the older's rate."""
-CONCLUDE_UNSETTLED_SHARE = 0.4
-"""Growth stated at the end of a run that ended within its start-up: share its newer half adds."""
-CONCLUDE_UNSETTLED_BYTES = 512 * MIB
-"""Bytes that growth stated at the end of a run within its start-up adds at least."""
+from driftwatch.units import clock, human_bytes, human_seconds
 
 
 @dataclass
@@ -313,8 +294,13 @@ class MemoryDriftDetector:
             if finding is None:
                 trend = self._whole_run(state, now)
                 if trend is not None:
-                    finding = self._finding(labels, trend, limit, Severity.WARNING, ended=True)
-                    signal_score = 1.0
+                    # Critical when it would have reached the limit within the hour, or
+                    # within as long again as the run lasted, as live.
+                    expected_end = max(self.thresholds.fast_horizon, now - state.first_t)
+                    critical = trend.time_to(limit) < expected_end
+                    severity = Severity.CRITICAL if critical else Severity.WARNING
+                    finding = self._finding(labels, trend, limit, severity, ended=True)
+                    signal_score = 2.0 if critical else 1.0
             score = max(score, signal_score)
             if finding is not None:
                 findings.append(finding)
@@ -322,16 +308,14 @@ class MemoryDriftDetector:
         return Evaluation(score, tuple(findings))
 
     def _whole_run(self, state: _Signal, now: float) -> Trend | None:
-        """Steady, material growth since start-up over every window kept, the open one too,
-        at the narrowest scale whose windows reach back to it (else the one with the most
-        windows since). A run that ended within its start-up climb is judged on the newer
-        half of its windows, for growth that adds ``CONCLUDE_UNSETTLED_SHARE`` there (a
-        start-up's climb slows after its first jump; a leak does not)."""
+        """Steady, material growth since start-up (``whole_run_trend``) over every window
+        kept, the open one too, at the narrowest scale whose windows reach back to it (else
+        the one with the most windows since); since the first reading when the run ended
+        within its start-up climb."""
         started = self.training_start(state)
-        min_share = CONCLUDE_MIN_SHARE
-        if started > now:  # the climb never settled
+        unsettled = started > now  # the climb never settled
+        if unsettled:
             started = state.first_t
-            min_share = CONCLUDE_UNSETTLED_SHARE
         best: list[tuple[float, float, float, int]] = []
         width = math.nan
         for scale in state.scales:
@@ -346,42 +330,7 @@ class MemoryDriftDetector:
                 break
             if len(since) > len(best):
                 best, width = since, scale.width
-        # The growth ends where it stopped: a job that stopped training lingers a while.
-        if len(best) > 2:
-            typical = float(np.median(np.diff([w[2] for w in best])))
-            while len(best) > 1 and best[-1][2] - best[-2][2] <= CONCLUDE_PACE * typical:
-                best = best[:-1]
-        if min_share == CONCLUDE_UNSETTLED_SHARE:  # within start-up: its newer half only
-            best = best[-max(CONCLUDE_MIN_POINTS, (len(best) + 1) // 2) :]
-        if len(best) < CONCLUDE_MIN_POINTS:
-            return None
-        times = np.array([w[0] for w in best])
-        floors = np.array([w[2] for w in best])
-        rises = np.diff(floors)
-        grown = floors[-1] - floors[0]
-        # A single jump is never growth: it holds most of the rise (of two rises, 3x the other).
-        lumpy = (
-            rises.max() > RAPID_EVEN * rises.min()
-            if len(rises) < 3
-            else rises.max() > CONCLUDE_JUMP_SHARE * grown
-        )
-        least = 4 * self.thresholds.min_growth_bytes
-        if min_share == CONCLUDE_UNSETTLED_SHARE:
-            least = CONCLUDE_UNSETTLED_BYTES  # more than the interpreter and its libraries
-        if grown < max(least, min_share * floors[0]) or lumpy:
-            return None
-        test = mann_kendall(floors)
-        if len(floors) < CONCLUDE_MK_POINTS and not np.all(rises > 0):
-            return None
-        if len(floors) >= CONCLUDE_MK_POINTS and not test.p < CONCLUDE_ALPHA:
-            return None
-        half = len(floors) // 2
-        older, _ = theil_sen(times[: half + 1], floors[: half + 1])
-        newer, _ = theil_sen(times[half:], floors[half:])
-        if newer < CONCLUDE_PACE * older:
-            return None  # levelling off: a start-up's tail, a cache filling
-        slope, _ = theil_sen(times, floors)
-        return Trend(width, slope, test.p, best[-1][1], float(times[0]), len(floors), math.inf)
+        return whole_run_trend(best, width, unsettled, self.thresholds)
 
     def _materiality(self, trend: Trend) -> float:
         """Growth over the tested window relative to the smallest worth reporting."""
