@@ -110,6 +110,7 @@ class Monitor:
         """Each kind's latest (worst) finding in this run, in the order the kinds were first
         reported; kept after it stops holding."""
         self._announced: dict[str, set[Diagnosis]] = {}
+        self._medians: dict[SeriesKey, tuple[int, float]] = {}  # by sample count, exported
         self._ticks = 0
         self.evaluate_every = evaluate_every
         self._evaluated_at = -math.inf
@@ -164,9 +165,9 @@ class Monitor:
             samples = self._label_sets.admit(samples)
             self.store.extend(samples)
             self.moving.observe(samples)
+            self._engine.observe_all(samples)
             wanted = self.goodput.series
             for sample in samples:
-                self._engine.observe(sample)
                 if sample.series in wanted:
                     self.goodput.observe(sample)
 
@@ -224,12 +225,18 @@ class Monitor:
 
     def _exported_values(self) -> dict[SeriesKey, float]:
         values: dict[SeriesKey, float] = {}
+        medians = self._medians
         for key, history in self.store:
             spec = SERIES.get(key[0])
             if spec is None:
                 continue
             if spec.export is Export.RECENT_MEDIAN:
-                value = history.recent_median(RECENT_WINDOW)
+                held = medians.get(key)  # computed again only once a sample came
+                if held is not None and held[0] == history.count:
+                    value = held[1]
+                else:
+                    value = history.recent_median(RECENT_WINDOW)
+                    medians[key] = (history.count, value)
             else:
                 latest = history.latest()
                 value = latest[1] if latest else math.nan

@@ -24,7 +24,7 @@ from driftwatch.series import Sample, SeriesKey, key_of
 class Ring:
     """Rows of floats in fixed-capacity columns; the oldest row is overwritten when full."""
 
-    __slots__ = ("_columns", "_next", "capacity")
+    __slots__ = ("_columns", "_next", "_size", "capacity")
 
     def __init__(self, capacity: int, width: int) -> None:
         if capacity < 1:
@@ -32,18 +32,21 @@ class Ring:
         self.capacity = capacity
         self._columns = [array("d") for _ in range(width)]
         self._next = 0  # where the next row goes once the ring is full
+        self._size = 0
 
     def __len__(self) -> int:
-        return len(self._columns[0])
+        return self._size
 
     def append(self, *row: float) -> None:
-        if len(self) < self.capacity:
+        if self._size < self.capacity:
             for column, value in zip(self._columns, row, strict=True):
                 column.append(value)
+            self._size += 1
             return
+        index = self._next
         for column, value in zip(self._columns, row, strict=True):
-            column[self._next] = value
-        self._next = (self._next + 1) % self.capacity
+            column[index] = value
+        self._next = (index + 1) % self.capacity
 
     def column(self, index: int) -> list[float]:
         """One column, oldest first."""
@@ -52,7 +55,7 @@ class Ring:
 
     def last(self, count: int, index: int) -> list[float]:
         """The newest ``count`` values of one column, oldest first."""
-        size = len(self)
+        size = self._size
         count = min(count, size)
         column = self._columns[index]
         end = self._next if size == self.capacity else size
@@ -88,7 +91,18 @@ Bucket = tuple[float, float, float, float, float, float]
 class Tier:
     """Fixed-width time buckets; non-finite values are counted only in ``last``."""
 
-    __slots__ = ("_count", "_last", "_max", "_min", "_start", "_sum", "closed", "rows", "width")
+    __slots__ = (
+        "_count",
+        "_end",
+        "_last",
+        "_max",
+        "_min",
+        "_start",
+        "_sum",
+        "closed",
+        "rows",
+        "width",
+    )
 
     def __init__(self, spec: TierSpec) -> None:
         self.width = spec.width_seconds
@@ -96,6 +110,7 @@ class Tier:
         self.closed = 0
         """Buckets closed so far, including those the ring has since overwritten."""
         self._start = math.nan
+        self._end = -math.inf  # the open bucket's start plus its width: where the next starts
         self._count = 0
         self._sum = 0.0
         self._min = math.inf
@@ -103,17 +118,21 @@ class Tier:
         self._last = math.nan
 
     def add(self, t: float, value: float) -> None:
-        start = math.floor(t / self.width) * self.width
         # A sample older than the open bucket (clock stepped back) folds into the open bucket.
-        if start > self._start or math.isnan(self._start):
-            self.flush()
-            self._start = start
+        if not t < self._end:  # the open bucket's end is not computed again per sample
+            start = math.floor(t / self.width) * self.width
+            if start > self._start or math.isnan(self._start):
+                self.flush()
+                self._start = start
+                self._end = start + self.width
         self._last = value
-        if math.isfinite(value):
+        if value - value == 0.0:  # finite (inf - inf and NaN - NaN are NaN)
             self._count += 1
             self._sum += value
-            self._min = min(self._min, value)
-            self._max = max(self._max, value)
+            if value < self._min:
+                self._min = value
+            if value > self._max:
+                self._max = value
 
     def flush(self) -> None:
         """Close the open bucket, if it holds anything."""
@@ -123,6 +142,7 @@ class Tier:
         self.rows.append(*bucket)
         self.closed += 1
         self._start = math.nan
+        self._end = -math.inf
         self._count = 0
         self._sum = 0.0
         self._min = math.inf
@@ -149,7 +169,7 @@ class Tier:
 class SeriesHistory:
     """The bounded history of one series, with whole-run first value, peak and count."""
 
-    __slots__ = ("count", "first", "peak", "raw", "tiers")
+    __slots__ = ("_latest", "count", "first", "peak", "raw", "tiers")
 
     def __init__(self, raw_capacity: int, tiers: Iterable[TierSpec]) -> None:
         self.raw = Ring(raw_capacity, 2)  # columns: t, value
@@ -157,6 +177,7 @@ class SeriesHistory:
         self.first: tuple[float, float] | None = None
         self.peak = -math.inf
         self.count = 0
+        self._latest: tuple[float, float] | None = None  # the raw ring's newest row
 
     def add(self, t: float, value: float) -> None:
         if self.first is None:
@@ -165,15 +186,12 @@ class SeriesHistory:
             self.peak = value
         self.count += 1
         self.raw.append(t, value)
+        self._latest = (t, value)
         for tier in self.tiers:
             tier.add(t, value)
 
     def latest(self) -> tuple[float, float] | None:
-        if not len(self.raw):
-            return None
-        (t,) = self.raw.last(1, 0)
-        (value,) = self.raw.last(1, 1)
-        return t, value
+        return self._latest
 
     def recent_values(self, count: int) -> list[float]:
         return self.raw.last(count, 1)
@@ -201,8 +219,13 @@ class Store:
         history.add(sample.t, sample.value)
 
     def extend(self, samples: Iterable[Sample]) -> None:
-        for sample in samples:
-            self.add(sample)
+        histories = self._histories
+        for sample in samples:  # ``add``'s body, without a call per sample
+            key = (sample.series, sample.labels)
+            history = histories.get(key)
+            if history is None:
+                history = histories[key] = SeriesHistory(self._raw_capacity, self._tiers)
+            history.add(sample.t, sample.value)
 
     def get(self, key: SeriesKey) -> SeriesHistory | None:
         return self._histories.get(key)

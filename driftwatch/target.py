@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import functools
+import math
 import os
 import re
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -72,6 +74,9 @@ def default_run_name(argv: list[str], process_name: str) -> str:
 
 DELETED = " (deleted)"
 """What the kernel appends to the link of an open file that has been unlinked."""
+LINKS_REREAD_SECONDS = 10.0
+"""Seconds between two reads of every descriptor's link by ``open_paths`` (as often as the
+event-file source walks the logdirs); in between only new descriptor numbers are read."""
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 """Units of the times in ``/proc/PID/stat``, per second."""
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
@@ -85,9 +90,10 @@ class ProcStat:
     cpu_seconds: float
     """User + system CPU time, in seconds."""
     threads: int
-    rss_bytes: int
-    """Resident set size, from ``statm`` as psutil's ``memory_info().rss`` (``stat``'s own
-    field may leave out anonymous pages not yet summed from per-CPU counters)."""
+    rss_bytes: float
+    """Resident set size (NaN when not read), from ``statm`` as psutil's
+    ``memory_info().rss`` (``stat``'s own field may leave out anonymous pages not yet summed
+    from per-CPU counters)."""
 
 
 def exited(pid: int) -> TargetGone:
@@ -138,6 +144,8 @@ class Target:
         self._start_ticks = start_ticks
         self._stat_path = f"/proc/{info.pid}/stat"
         self._statm_path = f"/proc/{info.pid}/statm"
+        self._links: dict[str, str] = {}  # what each descriptor's link read, by its number
+        self._links_read_at = -math.inf  # when every link was last read (monotonic)
 
     @property
     def pid(self) -> int:
@@ -206,9 +214,10 @@ class Target:
         """Raise ``TargetGone`` if the process exited, became a zombie, or its PID was reused."""
         self.read_stat()
 
-    def read_stat(self) -> ProcStat:
+    def read_stat(self, rss: bool = True) -> ProcStat:
         """The process's CPU time, threads and resident memory, from one read each of
-        ``/proc/PID/stat`` and ``statm``; the first says whether it is still alive
+        ``/proc/PID/stat`` and ``statm`` (``rss`` false: ``statm`` is not read and
+        ``rss_bytes`` is NaN); the first says whether it is still alive
         (``TargetGone`` if it exited or its PID now belongs to a process with another start
         time, ``TargetZombie`` if its parent has not reaped it yet)."""
         try:
@@ -226,16 +235,15 @@ class Target:
             raise exited(self.pid)
         if fields[0] == b"Z":
             raise TargetZombie(self.pid, f"process {self.pid} has exited")
+        cpu_seconds = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        if not rss:
+            return ProcStat(cpu_seconds, int(fields[17]), math.nan)
         try:
             with open(self._statm_path, "rb") as file:
                 resident = int(file.read().split(maxsplit=2)[1])
         except (FileNotFoundError, ProcessLookupError) as err:
             raise exited(self.pid) from err
-        return ProcStat(
-            (int(fields[11]) + int(fields[12])) / CLOCK_TICKS,
-            int(fields[17]),
-            resident * PAGE_BYTES,
-        )
+        return ProcStat(cpu_seconds, int(fields[17]), resident * PAGE_BYTES)
 
     def environ(self) -> dict[str, str]:
         """The process's environment (needs the same access as its open files)."""
@@ -248,7 +256,10 @@ class Target:
         mount namespace (a container), whose own paths mean nothing here.
 
         Only reads the links in ``/proc/PID/fd``: psutil's ``open_files`` also reads every
-        descriptor's ``fdinfo``, which cost more than the rest of a monitor's tick.
+        descriptor's ``fdinfo``, which cost more than the rest of a monitor's tick. A link is
+        read when its descriptor number is new since the previous call, and every link each
+        ``LINKS_REREAD_SECONDS``: a file opened under the number of one closed between two
+        calls is found then.
         """
         fd_dir = f"/proc/{self.pid}/fd"
         try:
@@ -257,14 +268,23 @@ class Target:
             raise exited(self.pid) from err
         except PermissionError as err:
             raise TargetAccessDenied(self.pid, "the open files (/proc/PID/fd)") from err
+        now = time.monotonic()
+        known = self._links
+        if now - self._links_read_at >= LINKS_REREAD_SECONDS:
+            known, self._links_read_at = {}, now
+        links: dict[str, str] = {}
         paths = []
         for fd in fds:
-            try:
-                path = os.readlink(f"{fd_dir}/{fd}")
-            except FileNotFoundError:
-                continue  # closed since the listing
-            except PermissionError as err:
-                raise TargetAccessDenied(self.pid, "the open files (/proc/PID/fd)") from err
+            path = known.get(fd)
+            if path is None:
+                try:
+                    path = os.readlink(f"{fd_dir}/{fd}")
+                except FileNotFoundError:
+                    continue  # closed since the listing
+                except PermissionError as err:
+                    raise TargetAccessDenied(self.pid, "the open files (/proc/PID/fd)") from err
+            links[fd] = path
             if path.startswith("/") and not path.endswith(DELETED):
                 paths.append(self.root + path)
+        self._links = links
         return paths

@@ -17,8 +17,10 @@ from driftwatch.sources import default_sources
 from driftwatch.sources.host import (
     PRESSURE_DIR,
     PRESSURE_RESOURCES,
+    PRESSURE_SHARE_SECONDS,
     QUOTA_LOOKUP_SECONDS,
     HostSource,
+    NodePressure,
     cgroup_directory,
     counting_cgroups,
     describe,
@@ -388,3 +390,31 @@ def test_doctor_reports_this_machines_host_contention_readings() -> None:
         assert "cgroup v1" in line
     elif v2:
         assert "cgroup v2" in line
+
+
+def test_a_daemons_targets_share_one_reading_of_the_node_pressure(tmp_path: Path) -> None:
+    """Two targets' host sources given one ``NodePressure`` (as the daemon gives its targets):
+    the second, sampled within ``PRESSURE_SHARE_SECONDS`` of the first, gets the same
+    reading though the file changed in between; one sampled later reads it again, and a
+    source of its own (``driftwatch attach``) always reads it."""
+    proc = fixture_host(tmp_path, CPU_STAT_V2, None, {"cpu": PSI, "io": PSI, "memory": PSI})
+    clock = [100.0]
+    shared = NodePressure(tmp_path / "pressure", clock=lambda: clock[0])
+    one, two = (HostSource(FIXTURE_PID, proc=proc, pressure=shared) for _ in range(2))
+    alone = HostSource(FIXTURE_PID, tmp_path / "pressure", proc)
+
+    def io_some(source: HostSource, now: float) -> float:
+        samples = source.sample(now)
+        return next(
+            s.value
+            for s in samples
+            if s.series == "pressure_some_seconds" and s.labels == (("resource", "io"),)
+        )
+
+    before = io_some(one, 10.0)
+    (tmp_path / "pressure" / "io").write_text(PSI.replace("total=4496091587", "total=5000000000"))
+    clock[0] += PRESSURE_SHARE_SECONDS / 2
+    assert io_some(two, 10.5) == before
+    assert io_some(alone, 10.5) == 5000.0
+    clock[0] += PRESSURE_SHARE_SECONDS
+    assert io_some(one, 20.0) == 5000.0

@@ -7,6 +7,7 @@ after start-up, with no step signal, are reported within seconds of it."""
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from pathlib import Path
 
@@ -15,7 +16,16 @@ import pytest
 
 from driftwatch.detect.host_memory import HostMemoryDetector
 from driftwatch.detect.memory_trends import fresh_rises
-from driftwatch.detect.startup import LOADING_SERIES, Loading
+from driftwatch.detect.startup import (
+    LOADING_SERIES,
+    QUIET_CPU_SECONDS,
+    QUIET_FILE_BYTES,
+    QUIET_GROWTH_BYTES,
+    QUIET_READ_BYTES,
+    QUIET_SECONDS,
+    STARTUP_MAX_CPU_SECONDS,
+    Loading,
+)
 from driftwatch.findings import Severity
 from driftwatch.series import Sample
 from tests.test_detectors import GIB, MIB, T0, first_report, growing, whole_run
@@ -208,6 +218,61 @@ def test_a_leak_in_a_process_that_barely_runs_is_judged_after_two_minutes() -> N
     report = first_report(HostMemoryDetector(), samples, every=0.5)
     assert report is not None
     assert 120.0 <= report[0] - T0 <= 130.0
+
+
+def scanned_end(rows: list[tuple[float, float, float, float, float]]) -> tuple[float, float]:
+    """(ended_at, decided_at) as a scan of every row kept finds them (main's ``Loading`` up to
+    session 9): rows of (t, CPU seconds, bytes read, file-backed bytes, watched memory)."""
+    kept: list[tuple[float, float, float, float, float]] = []
+    first_cpu = math.nan
+    for row in rows:
+        t, cpu, reads, file, level = row
+        if math.isnan(first_cpu):
+            first_cpu = cpu
+        elif cpu - first_cpu >= STARTUP_MAX_CPU_SECONDS:
+            return t, t
+        kept = [*kept[-1023:], row]
+        base = next(
+            (
+                r
+                for r in reversed(kept)
+                if r[0] <= t - QUIET_SECONDS
+                and (r[1] <= cpu - QUIET_CPU_SECONDS or r[4] <= level - QUIET_GROWTH_BYTES)
+            ),
+            None,
+        )
+        if base is None:
+            continue
+        kept = kept[kept.index(base) :]
+        if file - base[3] < QUIET_FILE_BYTES and reads - base[2] < QUIET_READ_BYTES:
+            return base[0], t
+    return math.nan, math.nan
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_loading_ends_where_a_scan_of_every_row_finds_it(seed: int) -> None:
+    """``Loading`` keeps the lowest CPU time and memory of its rows so that a reading with no
+    possible base costs no scan (a sleep never runs a CPU second: 1024 rows a tick); the
+    start-up's end must be the one the scan finds: starved, busy, leaking and loading
+    processes, some past 1024 rows."""
+    rng = np.random.default_rng(seed)
+    cpu_rate = [0.002, 0.05, 0.6][seed % 3]  # CPU seconds per reading
+    rows: list[tuple[float, float, float, float, float]] = []
+    t, cpu, reads, file, level = float(T0), 0.0, 0.0, 50.0 * MIB, 200.0 * MIB
+    for _ in range(int(rng.integers(20, 1500))):
+        t += float(rng.choice([0.1, 0.5, 0.5, 2.0]))
+        cpu += cpu_rate * float(rng.random())
+        reads += float(rng.random()) * 2 * MIB if rng.random() < 0.1 else 0.0
+        file += float(rng.random()) * MIB if rng.random() < 0.05 else 0.0
+        level += float(rng.normal(0, 2 * MIB)) + (8 * MIB if rng.random() < 0.03 else 0.0)
+        rows.append((t, cpu, reads, file, level))
+    checked = Loading()
+    for t, cpu, reads, file, level in rows:
+        checked.level(level)
+        for name, value in zip(LOADING_SERIES, (cpu, reads, file), strict=True):
+            checked.reading(name, t, value)
+    expected = scanned_end(rows)
+    assert (checked.ended_at, checked.decided_at) == pytest.approx(expected, nan_ok=True)
 
 
 @pytest.mark.parametrize("slower", [1.0, 2.0])

@@ -220,3 +220,51 @@ def test_one_read_of_stat_tells_cpu_threads_and_memory_as_psutil_does(
     assert stat.cpu_seconds == pytest.approx(cpu.user + cpu.system)
     assert stat.threads == process.num_threads() == 1
     assert stat.rss_bytes == process.memory_info().rss > 0
+
+
+def test_open_paths_find_new_descriptors_at_once_and_reused_numbers_at_the_full_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A descriptor number not seen before has its link read at once; one closed and reused
+    for another file between two calls is read again at the next full read of the links
+    (every ``LINKS_REREAD_SECONDS``, set to 0 here)."""
+    first, second, third = (tmp_path / f"events.out.tfevents.{i}" for i in range(3))
+    code = (
+        "import sys\n"
+        "one = open(sys.argv[1], 'w')\n"
+        "print(one.fileno(), flush=True)\n"
+        "sys.stdin.readline()\n"
+        "two = open(sys.argv[2], 'w')\n"
+        "print(two.fileno(), flush=True)\n"
+        "sys.stdin.readline()\n"
+        "one.close()\n"
+        "three = open(sys.argv[3], 'w')\n"
+        "print(three.fileno(), flush=True)\n"
+        "sys.stdin.readline()\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, str(first), str(second), str(third)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdin is not None
+    assert child.stdout is not None
+    try:
+        reused = child.stdout.readline()
+        target = Target.attach(child.pid)
+        assert os.path.realpath(first) in target.open_paths()
+        child.stdin.write("\n")
+        child.stdin.flush()
+        assert child.stdout.readline() != reused
+        assert os.path.realpath(second) in target.open_paths()  # a new number: read at once
+        child.stdin.write("\n")
+        child.stdin.flush()
+        assert child.stdout.readline() == reused  # the first file's number, now the third's
+        monkeypatch.setattr("driftwatch.target.LINKS_REREAD_SECONDS", 0.0)
+        paths = target.open_paths()
+        assert os.path.realpath(third) in paths
+        assert os.path.realpath(first) not in paths
+    finally:
+        child.kill()
+        child.wait()

@@ -49,9 +49,13 @@ from driftwatch.history.writer import History
 from driftwatch.monitor import Cadence, Monitor, Pacer
 from driftwatch.snapshot import Snapshot
 from driftwatch.sources import default_sources
+from driftwatch.sources.host import NodePressure
 from driftwatch.target import Target, default_run_name
 
 log = logging.getLogger(__name__)
+
+DUE_SLACK_SECONDS = 0.005
+"""A target due this many seconds after a wake-up is sampled in it (one wake-up, not two)."""
 
 
 @dataclass(slots=True)
@@ -94,6 +98,8 @@ class Daemon:
         self._on_finding = on_finding
         self._history = history
         self._watched: dict[Key, _Watched] = {}
+        self._epoch = time.monotonic()  # the sampling grid's origin (``run`` sets it again)
+        self._pressure = NodePressure()  # the node's: read once for all targets due together
         self._wake = threading.Event()
         self._stop_requested = False
         self._reload_requested = False
@@ -121,7 +127,7 @@ class Daemon:
         drop the ended ones and publish the snapshots."""
         now = time.monotonic()
         for key, watched in list(self._watched.items()):
-            if due_only and now < watched.due:
+            if due_only and now < watched.due - DUE_SLACK_SECONDS:
                 continue
             try:
                 watched.monitor.tick()
@@ -138,8 +144,15 @@ class Daemon:
             monitor = watched.monitor
             step = watched.cadence.interval(monitor.snapshot.t, monitor.moving)
             scheduled = watched.due + step  # on schedule, unless it fell behind
-            watched.due = scheduled if scheduled > now else now + step
+            watched.due = self._on_grid(scheduled if scheduled > now else now + step, step, now)
         self.snapshots = tuple(w.monitor.snapshot for w in self._watched.values())
+
+    def _on_grid(self, due: float, step: float, now: float) -> float:
+        """``due`` moved to the nearest multiple of ``step`` from the loop's start, after
+        ``now``: targets of one cadence are sampled in one wake-up, beside the discovery
+        (the first interval of a new cadence is 0.5 to 1.5 times its step)."""
+        grid = self._epoch + round((due - self._epoch) / step) * step
+        return grid if grid > now else grid + step
 
     def _next_due(self) -> float:
         return min((w.due for w in self._watched.values()), default=math.inf)
@@ -152,7 +165,7 @@ class Daemon:
         rule = self.config.rule_for(command)
         try:
             name = self._unique_name(run or self._default_name(target), target.pid)
-            sources = default_sources(target, rule.logdirs if rule else (), channel)
+            sources = default_sources(target, rule.logdirs if rule else (), channel, self._pressure)
         except TargetGone:
             return
         except TargetError as err:
@@ -240,7 +253,7 @@ class Daemon:
         cadence (faster while it is young or moving fast) until ``request_stop``; then
         close all."""
         pacer = Pacer()
-        next_discovery = time.monotonic()
+        next_discovery = self._epoch = time.monotonic()
         try:
             while True:
                 self._wake.clear()

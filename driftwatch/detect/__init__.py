@@ -79,6 +79,13 @@ class Engine:
         for observe in self._routes.get(sample.series, ()):
             observe(sample)
 
+    def observe_all(self, samples: Sequence[Sample]) -> None:
+        """``observe`` each of ``samples``, in order."""
+        routes = self._routes
+        for sample in samples:
+            for observe in routes.get(sample.series, ()):
+                observe(sample)
+
     def evaluate(self, now: float, *, final: bool = False) -> list[Finding]:
         """What holds at ``now``; ``final``: the run has ended, judge all of it."""
         findings: list[Finding] = []

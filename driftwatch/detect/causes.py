@@ -83,24 +83,33 @@ Windows = Sequence[tuple[float, float]]
 class _Tier:
     """Consecutive buckets of one width: rows of (start, sum, count, last t, last value)."""
 
-    __slots__ = ("capacity", "rows", "width")
+    __slots__ = ("_end", "capacity", "rows", "width")
 
     def __init__(self, width: float, capacity: int) -> None:
         self.width = width
         self.capacity = capacity
         self.rows = array("d")
+        self._end = -math.inf  # where the newest bucket ends: a sample before it joins it
 
     def add(self, t: float, value: float) -> None:
-        start = math.floor(t / self.width) * self.width
         rows = self.rows
-        if rows and start <= rows[-5]:
-            if start < rows[-5]:
+        if rows and t < self._end:
+            if t < rows[-5]:
                 return  # out of order: a bucket once closed stays as it is
             rows[-4] += value
             rows[-3] += 1
             rows[-2], rows[-1] = t, value
             return
+        start = math.floor(t / self.width) * self.width
+        if rows and start <= rows[-5]:
+            if start < rows[-5]:
+                return
+            rows[-4] += value
+            rows[-3] += 1
+            rows[-2], rows[-1] = t, value
+            return
         rows.extend((start, value, 1.0, t, value))
+        self._end = start + self.width
         if len(rows) >= 10 * self.capacity:  # amortised: trim a whole tier at once
             del rows[: 5 * self.capacity]
 

@@ -8,6 +8,7 @@ and experiments: docs/detectors.md, "Memory drift".
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections.abc import Sequence
@@ -299,7 +300,12 @@ def fresh_rises(
     else:
         found = _anchored_rise(readings, started, thresholds, ended)
     newest = list(readings)[-STEEP_READINGS:]
-    if len(newest) == STEEP_READINGS and newest[0][0] >= started:
+    if (
+        len(newest) == STEEP_READINGS
+        and newest[0][0] >= started
+        # every reading higher than the last, as steep_rise asks first: no arrays otherwise
+        and all(a[1] < b[1] for a, b in itertools.pairwise(newest))
+    ):
         times, values = np.array(newest).T
         steep = steep_rise(times, values, thresholds)
         if steep is not None:

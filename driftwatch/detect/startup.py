@@ -118,7 +118,17 @@ class Loading:
     signal's shape: a climb slowed by a busy host looks settled while it is still importing.
     """
 
-    __slots__ = ("_first_cpu", "_latest", "_level", "_rows", "decided_at", "ended_at")
+    __slots__ = (
+        "_appended",
+        "_first_cpu",
+        "_latest",
+        "_level",
+        "_low_cpu",
+        "_low_level",
+        "_rows",
+        "decided_at",
+        "ended_at",
+    )
 
     def __init__(self) -> None:
         self.ended_at = math.nan
@@ -131,6 +141,12 @@ class Loading:
         # (time, CPU seconds, bytes read, file-backed bytes, watched memory) of readings
         # that held all three loading series
         self._rows: deque[tuple[float, float, float, float, float]] = deque(maxlen=1024)
+        # The lowest CPU time and memory level among the rows, as (row number, value) with
+        # values rising: a reading that no row could be the base of costs no scan of them (a
+        # process that never runs a CPU second, such as a sleep, would scan 1024 each time).
+        self._appended = 0
+        self._low_cpu: deque[tuple[int, float]] = deque()
+        self._low_level: deque[tuple[int, float]] = deque()
 
     @property
     def seen(self) -> bool:
@@ -161,6 +177,12 @@ class Loading:
         rows = self._rows
         level = self._level
         rows.append((t, cpu, reads, file, level))
+        first = self._appended + 1 - len(rows)  # the number of the oldest row kept
+        low_cpu = _lowest(self._low_cpu, self._appended, cpu, first)
+        low_level = _lowest(self._low_level, self._appended, level, first)
+        self._appended += 1
+        if low_cpu > cpu - QUIET_CPU_SECONDS and low_level > level - QUIET_GROWTH_BYTES:
+            return  # no row is far enough below in CPU time nor in memory to be the base
         base = None  # the newest row at least the quiet time and CPU (or growth) before
         for row in reversed(rows):
             if row[0] <= t - QUIET_SECONDS and (
@@ -174,3 +196,14 @@ class Loading:
             rows.popleft()
         if file - base[3] < QUIET_FILE_BYTES and reads - base[2] < QUIET_READ_BYTES:
             self.ended_at, self.decided_at = base[0], t
+
+
+def _lowest(low: deque[tuple[int, float]], number: int, value: float, first: int) -> float:
+    """Add row ``number``'s ``value`` to ``low`` (rising values with their row numbers) and
+    drop the rows before ``first``; the lowest value of the rows from ``first`` on."""
+    while low and low[-1][1] >= value:
+        low.pop()
+    low.append((number, value))
+    while low[0][0] < first:
+        low.popleft()
+    return low[0][1]

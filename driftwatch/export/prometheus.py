@@ -61,7 +61,17 @@ class DriftwatchCollector(Collector):
 
     @staticmethod
     def _series_families(snapshots: list[Snapshot]) -> Iterator[Metric]:
+        # Each run's values sorted by series once: a scrape walks every value once, not
+        # once per series of the table.
+        by_series: dict[str, list[tuple[str, tuple[str, ...], float]]] = {}
+        for snapshot in snapshots:
+            for (name, labels), value in snapshot.values.items():
+                entry = (snapshot.run, tuple(v for _, v in labels), value)
+                by_series.setdefault(name, []).append(entry)
         for series, spec in SERIES.items():
+            values = by_series.get(series)
+            if not values:
+                continue
             per_run = spec.scope is Scope.RUN
             label_names = [RUN_LABEL, *spec.label_names] if per_run else list(spec.label_names)
             family: GaugeMetricFamily | CounterMetricFamily
@@ -70,19 +80,14 @@ class DriftwatchCollector(Collector):
             else:
                 family = GaugeMetricFamily(spec.metric, spec.help, labels=label_names)
             seen: set[tuple[str, ...]] = set()
-            for snapshot in snapshots:
-                for (name, labels), value in snapshot.values.items():
-                    if name != series:
-                        continue
-                    label_values = tuple(v for _, v in labels)
-                    if per_run:
-                        label_values = (snapshot.run, *label_values)
-                    if label_values in seen:  # node-wide series seen through several runs
-                        continue
-                    seen.add(label_values)
-                    family.add_metric(list(label_values), value)
-            if family.samples:
-                yield family
+            for run, label_values, value in values:
+                if per_run:
+                    label_values = (run, *label_values)
+                if label_values in seen:  # node-wide series seen through several runs
+                    continue
+                seen.add(label_values)
+                family.add_metric(list(label_values), value)
+            yield family
 
     @staticmethod
     def _run_families(snapshots: list[Snapshot]) -> Iterator[Metric]:

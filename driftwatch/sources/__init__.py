@@ -15,7 +15,7 @@ from driftwatch.channel.paths import process_channel
 from driftwatch.series import Sample
 from driftwatch.sources.eventfiles import EventFileSource
 from driftwatch.sources.hook import HookSource
-from driftwatch.sources.host import HostSource
+from driftwatch.sources.host import HostSource, NodePressure
 from driftwatch.sources.nvml import NvmlSource
 from driftwatch.sources.process import ProcessSource
 from driftwatch.target import Target
@@ -44,9 +44,13 @@ class Draining(Protocol):
 
 
 def default_sources(
-    target: Target, logdirs: Sequence[Path], channel: Path | None = None
+    target: Target,
+    logdirs: Sequence[Path],
+    channel: Path | None = None,
+    pressure: NodePressure | None = None,
 ) -> list[Source]:
     """Every source for one target; the hook's steps, when it has one, beat event files'.
+    ``pressure``: the node's pressure files as shared among a daemon's targets.
 
     The hook's channel is the file ``channel``, by default the one the target's hook creates
     where its own environment says, named as the target sees itself (in a container: under
@@ -62,5 +66,5 @@ def default_sources(
         hook,
         EventFileSource(logdirs, target.open_paths, track_steps=lambda: not hook.connected),
         NvmlSource(target.pid),
-        HostSource(target.pid),
+        HostSource(target.pid, pressure=pressure),
     ]

@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 import math
 import re
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from driftwatch.errors import SourceUnavailable
@@ -30,6 +32,9 @@ NANOSECONDS = 1e-9
 """Seconds per nanosecond: cgroup v1 ``throttled_time`` counts these."""
 READ_INTERVAL_SECONDS = 5.0
 """Least time between two readings in seconds, however often the target is sampled."""
+PRESSURE_SHARE_SECONDS = 1.0
+"""Seconds for which a ``NodePressure`` reading serves every target sampled after it: the
+files are the node's, the same for all of a daemon's targets."""
 QUOTA_LOOKUP_SECONDS = 60.0
 """Seconds between two looks for a CPU quota on the target's cgroups while none is set."""
 
@@ -142,8 +147,46 @@ def parse_pressure(text: str) -> dict[str, float]:
     return found
 
 
+class NodePressure:
+    """The node's pressure files, each read once for every target sampled within
+    ``share_seconds`` (``time.monotonic``) of the first: a daemon's targets, sampled one
+    after another, share one reading (0: each target reads them itself)."""
+
+    def __init__(
+        self,
+        pressure_dir: Path = PRESSURE_DIR,
+        share_seconds: float = PRESSURE_SHARE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.directory = pressure_dir
+        self._share_seconds = share_seconds
+        self._clock = clock
+        self._texts: dict[str, str | OSError] = {}
+        self._read_at = -math.inf
+
+    def text(self, resource: str) -> str:
+        """The file of ``resource``, as read within ``share_seconds``; its ``OSError`` if it
+        could not be read."""
+        now = self._clock()
+        if not now - self._read_at < self._share_seconds:
+            self._texts, self._read_at = {}, now
+        held = self._texts.get(resource)
+        if held is None:
+            try:
+                held = (self.directory / resource).read_text()
+            except OSError as err:
+                held = err
+            self._texts[resource] = held
+        if isinstance(held, OSError):
+            raise held
+        return held
+
+
 class HostSource:
-    """The target's cgroup CPU throttling and the node's pressure stalls, as counters."""
+    """The target's cgroup CPU throttling and the node's pressure stalls, as counters.
+
+    ``pressure``: the node's pressure files as a daemon shares them among its targets
+    (default: read by this source alone, from ``pressure_dir``)."""
 
     name = "host"
 
@@ -153,11 +196,13 @@ class HostSource:
         pressure_dir: Path = PRESSURE_DIR,
         proc: Path = Path("/proc"),
         interval: float = READ_INTERVAL_SECONDS,
+        pressure: NodePressure | None = None,
     ) -> None:
         self.pid = pid
         self._interval = interval
         self._read_at = -math.inf
-        self._pressure_dir = pressure_dir
+        self._node = pressure if pressure is not None else NodePressure(pressure_dir, 0.0)
+        self._pressure_dir = self._node.directory
         self._proc = proc
         self._pressure_on = True
         self._cpu_stat: Path | None = None
@@ -235,7 +280,7 @@ class HostSource:
         for resource in PRESSURE_RESOURCES:
             path = self._pressure_dir / resource
             try:
-                lines = parse_pressure(path.read_text())
+                lines = parse_pressure(self._node.text(resource))
             except OSError as err:  # no CONFIG_PSI, psi=0 on the kernel command line
                 if resource == PRESSURE_RESOURCES[0]:
                     self._pressure_on = False

@@ -15,16 +15,20 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 UNLIMITED = 1 << 62  # cgroup v1 writes "no limit" as a huge page-rounded number
 LIMIT_REFRESH_SECONDS = 60.0
 STATUS_FIELDS = {
+    b"VmRSS": "rss_bytes",
     b"RssAnon": "rss_anon_bytes",
     b"RssFile": "rss_file_bytes",
     b"RssShmem": "rss_shmem_bytes",
 }
 """``/proc/PID/status`` fields read each tick (memory in kB there), and their series."""
+IO_FIELDS = (b"rchar", b"wchar", b"read_bytes", b"write_bytes")
+"""The ``/proc/PID/io`` counters read each tick (bytes)."""
 
 
 def status_values(pid: int) -> dict[str, float]:
-    """Resident memory by kind from ``/proc/PID/status`` (kernels before 4.5 lack these
-    lines)."""
+    """Resident memory, in all and by kind, from ``/proc/PID/status`` (kernels before 4.5
+    lack the lines by kind). ``VmRSS`` is the sum of the three, as ``statm``'s resident
+    pages that psutil reads are."""
     try:
         with open(f"/proc/{pid}/status", "rb") as status:
             text = status.read()
@@ -40,6 +44,27 @@ def status_values(pid: int) -> dict[str, float]:
             number = float(rest.split()[0])
             values[series] = number * 1024
     return values
+
+
+def io_values(pid: int) -> tuple[int, int, int, int]:
+    """``rchar``, ``wchar``, ``read_bytes`` and ``write_bytes`` of ``/proc/PID/io`` (as
+    psutil's ``io_counters`` reads them, without its object)."""
+    try:
+        with open(f"/proc/{pid}/io", "rb") as io:
+            text = io.read()
+    except (FileNotFoundError, ProcessLookupError) as err:
+        raise psutil.NoSuchProcess(pid) from err
+    except PermissionError as err:
+        raise psutil.AccessDenied(pid) from err
+    fields = {}
+    for line in text.splitlines():
+        key, _, rest = line.partition(b":")
+        fields[key] = rest
+    try:
+        counts = [int(fields[key]) for key in IO_FIELDS]
+    except (KeyError, ValueError) as err:
+        raise psutil.AccessDenied(pid, msg=f"unexpected /proc/{pid}/io") from err
+    return counts[0], counts[1], counts[2], counts[3]
 
 
 def _cgroup_limit(directory: Path, name: str) -> float:
@@ -75,8 +100,9 @@ def memory_limit(pid: int) -> float:
 
 
 class ProcessSource:
-    """Reads the target's ``/proc/PID/stat`` once per sample (liveness, CPU, threads,
-    memory), and its descriptors and I/O counters through its ``psutil.Process``."""
+    """Reads the target's ``/proc/PID/stat`` once per sample (liveness, CPU, threads), its
+    ``status`` (memory), ``io`` (I/O counters) and descriptors (through its
+    ``psutil.Process``)."""
 
     name = "process"
 
@@ -88,26 +114,26 @@ class ProcessSource:
     def sample(self, now: float) -> list[Sample]:
         target = self._target
         process = target.process
-        stat = target.read_stat()  # alive, same process, not a zombie: from the same read
+        # alive, same process, not a zombie: from the same read; RSS from ``status`` below
+        stat = target.read_stat(rss=False)
         with translate_psutil(target.pid, "the process statistics"):
             status = status_values(target.pid)
             fds = process.num_fds()
-            io = process.io_counters()
-        # read_chars/write_chars exist on Linux only; the stubs do not know the platform.
-        read_chars: int = getattr(io, "read_chars", 0)
-        write_chars: int = getattr(io, "write_chars", 0)
+            read_chars, write_chars, read_bytes, write_bytes = io_values(target.pid)
         values = {
-            "rss_bytes": stat.rss_bytes,
+            "rss_bytes": stat.rss_bytes,  # replaced by status's VmRSS (always there since 2.6)
             "cpu_seconds": stat.cpu_seconds,
             "threads": stat.threads,
             "open_fds": fds,
-            "read_bytes": io.read_bytes,
-            "write_bytes": io.write_bytes,
+            "read_bytes": read_bytes,
+            "write_bytes": write_bytes,
             "read_syscall_bytes": read_chars,
             "write_syscall_bytes": write_chars,
-            "nondisk_write_bytes": max(0, write_chars - io.write_bytes),
+            "nondisk_write_bytes": max(0, write_chars - write_bytes),
             **status,
         }
+        if math.isnan(values["rss_bytes"]):
+            values["rss_bytes"] = target.read_stat().rss_bytes
         if now - self._limit_read_at >= LIMIT_REFRESH_SECONDS:
             self._limit = memory_limit(target.pid)
             self._limit_read_at = now
