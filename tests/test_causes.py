@@ -121,6 +121,35 @@ def test_retracing_is_counted_per_step_from_the_step_counter() -> None:
     assert top.score == pytest.approx(100, rel=0.05)
 
 
+def test_the_final_evaluation_ranks_causes_again_on_all_of_the_run() -> None:
+    # Expected: from 120 s a trace every other second at 1,000 steps/s, from 122 s one a
+    # step at 5 steps/s. First stated at 122 s: 1 trace in 2,000 steps, no cause (score
+    # 0.05). Ranked again at 127 s, inside the 10-s refresh: as first stated. At the run's
+    # end, the same moment: 26 traces in 2,025 steps since the onset, retracing (1.3).
+    ranker = CauseRanker()
+
+    def run_until(end: int, start: int = 1) -> list[Sample]:
+        samples, step, traces = [], 0.0, 1.0
+        for t in range(1, end + 1):
+            slow = t > 122
+            step += 5.0 if slow else 1000.0
+            traces += 5.0 if slow else (0.5 if t > 120 else 0.0)
+            if t >= start:
+                samples += [Sample("train_step", step, float(t))]
+                samples += [Sample("tracing_count", traces, float(t))]
+        return samples
+
+    feed(ranker, run_until(122))
+    [first] = ranker.annotate([slowdown(120.0)], 122.0)
+    assert not first.causes
+    feed(ranker, run_until(127, start=123))
+    [again] = ranker.annotate([slowdown(120.0)], 127.0)
+    assert not again.causes
+    [final] = ranker.annotate([slowdown(120.0)], 127.0, final=True)
+    assert [c.cause for c in final.causes] == ["retracing"]
+    assert final.causes[0].numbers["traces_per_step_after"] == pytest.approx(26 / 2025)
+
+
 def test_a_stalled_run_is_judged_since_its_last_step() -> None:
     # Expected: the job stops stepping at 200 s while its RSS sits at 97 % of its limit:
     # memory near its limit, (0.97 - 0.85) / 0.05 = 2.4.

@@ -88,13 +88,19 @@ def test_retracing_that_starts_after_a_warmup_is_named_retracing(tmp_path: Path)
     # of 100 steps: 15 of the fast ones to set a baseline (warm-up included), 3-4 slow ones
     # to report it live: the job ends after 500 slow steps (15 s on a quiet machine, over
     # 2 minutes at load 15: 270 ms a trace).
+    # First stated while the blocks still mix fast steps and traced ones (1.6x in a CI run,
+    # 0.5 -> 0.9 ms), its traces per step then read on the onset's first seconds (0.026 and
+    # 0.046 in CI runs: the probe reads the tracing count every 100 steps or 10 s); the
+    # report's, ranked again at the run's end over all of it, about one a step (1.03-1.06).
     args = ("--why", "retracing", "--warmup", "25", "--slow-steps", "500")
-    findings = run_job(PROGRAMS / "slows_after_warmup.py", tmp_path, *args).findings
-    top = top_cause(findings)
+    run = run_job(PROGRAMS / "slows_after_warmup.py", tmp_path, *args)
+    assert top_cause(run.findings)["cause"] == "retracing", top_cause(run.findings)
+    result = run.cli("report", "--json")
+    assert result.returncode == 0, result.stderr
+    reported = [f for f in json.loads(result.stdout)["findings"] if f["kind"] in SLOWDOWNS]
+    top = top_cause(sorted(reported, key=lambda f: float(f["since"])))
     assert top["cause"] == "retracing", top
-    # Traces over steps since the onset: 1.03-1.06 in a trial on a quiet machine. (Counted
-    # as the traces' rate times the mean step time, it read 0.30 at load 8-10, 0.046 in CI.)
-    assert top["numbers"]["traces_per_step_after"] > 0.1
+    assert top["numbers"]["traces_per_step_after"] > 0.5
 
 
 def test_a_slow_tf_data_map_in_a_custom_loop_is_named_input_wait(tmp_path: Path) -> None:

@@ -54,7 +54,10 @@ class Annotator(Protocol):
 
     def observe(self, sample: Sample) -> None: ...
 
-    def annotate(self, findings: list[Finding], now: float) -> list[Finding]: ...
+    def annotate(
+        self, findings: list[Finding], now: float, *, final: bool = False
+    ) -> list[Finding]:
+        """``findings`` with evidence added; ``final``: the run has ended, use all of it."""
 
 
 class Engine:
@@ -97,5 +100,5 @@ class Engine:
             self.scores[detector.name] = evaluation.score
             findings.extend(evaluation.findings)
         if self._annotator is not None and findings:
-            return self._annotator.annotate(findings, now)
+            return self._annotator.annotate(findings, now, final=final)
         return findings

@@ -223,14 +223,17 @@ class CauseRanker:
             track.add(sample.t, sample.value)
             self._first_t = min(self._first_t, sample.t)
 
-    def annotate(self, findings: list[Finding], now: float) -> list[Finding]:
-        """``findings`` with the causes of each slowdown and stall ranked."""
-        return [self._annotated(f, now) if f.kind in RANKED_KINDS else f for f in findings]
+    def annotate(
+        self, findings: list[Finding], now: float, *, final: bool = False
+    ) -> list[Finding]:
+        """``findings`` with the causes of each slowdown and stall ranked; ``final``: the run
+        has ended, ranked again on all of it however recently they were."""
+        return [self._annotated(f, now, final) if f.kind in RANKED_KINDS else f for f in findings]
 
-    def _annotated(self, finding: Finding, now: float) -> Finding:
+    def _annotated(self, finding: Finding, now: float, final: bool) -> Finding:
         held = self._ranked.get(finding.kind)
         refresh = max(REFRESH_SECONDS, (now - finding.since) * REFRESH_SHARE)
-        if held is not None and held[0] == finding.since and now - held[1] < refresh:
+        if not final and held is not None and held[0] == finding.since and now - held[1] < refresh:
             causes = held[2]
         else:
             before, after = self.windows(finding, now)
