@@ -50,7 +50,7 @@ lint: $(VENV)/.installed
 # NaNs only, or on nothing timed (marked paired), run two at once.
 test: $(VENV)/.installed system-deps
 	$(BIN)/pytest -n 4 -m "not tf" $(PYTEST_ARGS)
-	$(BIN)/pytest -n 2 -m "tf and paired" $(PYTEST_ARGS)
+	$(BIN)/pytest -n 2 -m "tf and paired" --durations=10 $(PYTEST_ARGS)
 	$(BIN)/pytest -m "tf and not paired" --durations=10 $(PYTEST_ARGS)
 
 check: lint test
