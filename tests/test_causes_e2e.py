@@ -103,7 +103,7 @@ def test_retracing_that_starts_after_a_warmup_is_named_retracing(tmp_path: Path)
     reported = [f for f in json.loads(result.stdout)["findings"] if f["kind"] in SLOWDOWNS]
     top = top_cause(sorted(reported, key=lambda f: float(f["since"])))
     assert top["cause"] == "retracing", top
-    assert top["numbers"]["traces_per_step_before"] == 0
+    assert top["numbers"]["traces_per_step_before"] < 0.01
     assert top["numbers"]["traces_per_step_after"] > 0.05
 
 
