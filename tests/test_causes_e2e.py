@@ -94,7 +94,7 @@ def test_retracing_that_starts_after_a_warmup_is_named_retracing(tmp_path: Path)
     # report's, ranked again at the run's end over all of it: 0.88-1.06 where the onset is
     # dated at the first trace, 0.106 in a CI run where it was dated a second or two early,
     # when the untraced steps ran at about 2,000 a second and outnumbered the 500 traced
-    # ones. Asked: 5 traces in 100 steps or more (a score of 5), against under 1 before.
+    # ones. Asked: 5 traces in 100 steps or more (a score of 5), against under 1 in 100 before.
     args = ("--why", "retracing", "--warmup", "25", "--slow-steps", "500")
     run = run_job(PROGRAMS / "slows_after_warmup.py", tmp_path, *args)
     assert top_cause(run.findings)["cause"] == "retracing", top_cause(run.findings)
