@@ -25,17 +25,22 @@ IO_FIELDS = (b"rchar", b"wchar", b"read_bytes", b"write_bytes")
 """The ``/proc/PID/io`` counters read each tick (bytes)."""
 
 
-def status_values(pid: int) -> dict[str, float]:
-    """Resident memory, in all and by kind, from ``/proc/PID/status`` (kernels before 4.5
-    lack the lines by kind). ``VmRSS`` is the sum of the three, as ``statm``'s resident
-    pages that psutil reads are."""
+def _proc_file(pid: int, name: str) -> bytes:
+    """``/proc/PID/name``, its errors as psutil's (the source's callers translate those)."""
     try:
-        with open(f"/proc/{pid}/status", "rb") as status:
-            text = status.read()
+        with open(f"/proc/{pid}/{name}", "rb") as file:
+            return file.read()
     except (FileNotFoundError, ProcessLookupError) as err:
         raise psutil.NoSuchProcess(pid) from err
     except PermissionError as err:
         raise psutil.AccessDenied(pid) from err
+
+
+def status_values(pid: int) -> dict[str, float]:
+    """Resident memory, in all and by kind, from ``/proc/PID/status`` (kernels before 4.5
+    lack the lines by kind). ``VmRSS`` is the sum of the three, as ``statm``'s resident
+    pages that psutil reads are."""
+    text = _proc_file(pid, "status")
     values: dict[str, float] = {}
     for line in text.splitlines():
         key, _, rest = line.partition(b":")
@@ -49,13 +54,7 @@ def status_values(pid: int) -> dict[str, float]:
 def io_values(pid: int) -> tuple[int, int, int, int]:
     """``rchar``, ``wchar``, ``read_bytes`` and ``write_bytes`` of ``/proc/PID/io`` (as
     psutil's ``io_counters`` reads them, without its object)."""
-    try:
-        with open(f"/proc/{pid}/io", "rb") as io:
-            text = io.read()
-    except (FileNotFoundError, ProcessLookupError) as err:
-        raise psutil.NoSuchProcess(pid) from err
-    except PermissionError as err:
-        raise psutil.AccessDenied(pid) from err
+    text = _proc_file(pid, "io")
     fields = {}
     for line in text.splitlines():
         key, _, rest = line.partition(b":")
