@@ -63,13 +63,17 @@ def keras_job_slowed_by_a_cpu_hog(tmp_path_factory: pytest.TempPathFactory) -> F
     return run(tmp_path_factory.mktemp("hogged"))
 
 
-def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, timeout: float = 60, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``driftwatch *args``, with ``env`` added to the environment."""
     return subprocess.run(
         [sys.executable, "-m", "driftwatch", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
         check=False,
+        env={**os.environ, **env} if env else None,
     )
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import EXAMPLES, TF_ENV
+from tests.conftest import EXAMPLES, TF_ENV, run_cli
 
 ONE_THREAD = {**TF_ENV, "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
 """One TensorFlow thread, as in test_examples_e2e: the job keeps to one core."""
@@ -31,14 +31,7 @@ class FinishedRun:
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         """``driftwatch *args`` on this run's data home (``report``, for one)."""
-        return subprocess.run(
-            [sys.executable, "-m", "driftwatch", *args],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-            env={**os.environ, "XDG_DATA_HOME": str(self.data_home)},
-        )
+        return run_cli(*args, env={"XDG_DATA_HOME": str(self.data_home)})
 
 
 def run_job(
