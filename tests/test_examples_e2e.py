@@ -4,7 +4,6 @@ the healthy ones yield no warning: real TensorFlow jobs, the real monitor, real 
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -14,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import EXAMPLES, TF_ENV, UNTIMED_KINDS
+from tests.conftest import EXAMPLES, TF_ENV, UNTIMED_KINDS, run_cli
 
 pytestmark = pytest.mark.tf
 
@@ -75,16 +74,10 @@ HEALTHY = [
 
 
 def driftwatch(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "driftwatch", *args],
-        capture_output=True,
-        text=True,
-        timeout=150,
-        check=False,
-        # One TensorFlow thread: the job keeps to one core and driftwatch has the other, so
-        # the healthy runs' step times do not depend on the scheduler's whims.
-        env={**os.environ, **TF_ENV, "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"},
-    )
+    # One TensorFlow thread: the job keeps to one core and driftwatch has the other, so
+    # the healthy runs' step times do not depend on the scheduler's whims.
+    one_thread = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
+    return run_cli(*args, timeout=150, env={**TF_ENV, **one_thread})
 
 
 def run_example(scenario: Scenario, tmp_path: Path) -> list[dict[str, Any]]:

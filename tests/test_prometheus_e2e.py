@@ -27,7 +27,7 @@ from tests.conftest import EXAMPLES, REPO, TF_ENV, wait_for
 from tests.metric_names import recorded
 from tests.test_dashboards import DASHBOARDS, EXAMPLE_VALUES, expand, queries
 
-pytestmark = pytest.mark.tf
+pytestmark = [pytest.mark.tf, pytest.mark.paired]  # a 10x slowdown: a neighbour cannot hide it
 
 RULES = REPO / "deploy" / "prometheus" / "driftwatch.rules.yml"
 RUN = "e2e"
