@@ -728,6 +728,61 @@ def test_a_leak_after_start_up_is_reported_within_seconds_without_a_step(
     assert report[1].severity is Severity.CRITICAL
 
 
+GC_DIP_LEAK_MB = [
+    397.8, 403.3, 417.7, 447.0, 461.1, 468.2, 473.6, 567.1, 581.0, 591.3, 598.2, 630.9,
+    638.8, 646.0, 657.2, 661.6, 658.0, 664.9, 670.3, 678.2, 685.0, 690.2, 696.9, 703.2,
+]  # fmt: skip
+"""RSS in MB read every 0.5 s from 0.5 s: a start-up climb to 6 s, then 30 GiB/h and a
+settling creep under an 8 MiB GC sawtooth (``bench/detection``'s ``nostep_leak_30gb_40s``,
+seed 0)."""
+
+
+def test_a_leak_whose_windows_hold_one_gc_dip_is_reported_from_four_windows() -> None:
+    """30 GiB/h from the end of start-up (6 s): the 1.5-s windows' floors rise by 26, 8 and
+    20 MB, the 8 a GC drop in the third window. One dip is not a level jump: reported once
+    the fourth window has closed (11.5 s), not a window later."""
+    samples = [Sample("memory_limit_bytes", 16.0 * GIB, T0), Sample("train_step", 1.0, T0 + 6.0)]
+    samples += [
+        Sample("rss_bytes", mb * 1e6, T0 + 0.5 * (i + 1)) for i, mb in enumerate(GC_DIP_LEAK_MB)
+    ]
+    samples.sort(key=lambda s: s.t)
+    report = first_report(HostMemoryDetector(), samples, every=0.5)
+    assert report is not None
+    assert report[0] - T0 <= 11.5
+    assert report[1].severity is Severity.CRITICAL
+    assert 25 * GIB < float(report[1].evidence["slope_bytes_per_hour"]) < 45 * GIB
+
+
+@pytest.mark.parametrize(
+    ("floors", "rapid"),
+    [
+        ([600, 625, 632, 651], True),  # a GC dip in the third window
+        ([600, 608, 628, 654], True),  # in the second
+        ([730, 730.01, 741, 750], False),  # flat, then a rise begins
+        ([565, 581, 591, 631], False),  # a lumpy climb's lull, then its lump
+        ([600, 601, 1001, 1002], False),  # a level jump
+        ([600, 620, 625, 645], False),  # a lull between two lumps
+    ],
+)
+def test_one_gc_dip_among_the_windows_is_rapid_growth_a_flat_start_or_a_jump_is_not(
+    floors: list[float], rapid: bool
+) -> None:
+    """Four 1.5-s windows, one reading each way of their floors (MB), after start-up (a
+    step at 0): rapid growth when they rise evenly but for one dip, whose rise into it and
+    out of it are within 3x of each other; not when one rise is most of it."""
+    samples = [Sample("memory_limit_bytes", 16.0 * GIB, T0), Sample("train_step", 1.0, T0)]
+    for k, floor in enumerate(floors):
+        for j, above in enumerate((0.0, 1.0, 2.0)):  # the floor first, then above it
+            samples.append(Sample("rss_bytes", (floor + above) * 1e6, T0 + 1.5 * k + 0.5 * j))
+    last = floors[-1] + 3.0
+    samples.append(Sample("rss_bytes", last * 1e6, T0 + 6.0))  # closes the fourth window
+    detector = HostMemoryDetector()
+    for sample in samples:
+        detector.observe(sample)
+    findings = [f for f in detector.evaluate(T0 + 6.0).findings if f.kind == "host_memory_drift"]
+    assert bool(findings) is rapid, findings
+
+
 def test_a_one_off_jump_after_start_up_is_not_a_leak_live_or_at_the_end() -> None:
     """A checkpoint buffer or a bigger batch: +400 MB within a second, 5 s after a recorded
     start-up settled, then flat: no warning live, none at the end."""

@@ -126,7 +126,7 @@ RAPID_MAX_WIDTH = 2.0
 RAPID_POINTS = 4
 """Newest window floors a rapid-growth test takes."""
 RAPID_EVEN = 3.0
-"""Rapid growth: no rise of those floors exceeds this many times the smallest."""
+"""Rapid growth: no rise of those floors, per second, exceeds this many times the smallest."""
 MIN_READINGS = 3
 """Median readings a scale's windows must hold for the scale to be analysed."""
 READINGS_KEPT = 16
@@ -238,15 +238,14 @@ def _even_rise(
     thresholds: MemoryThresholds,
 ) -> Trend | None:
     """A rise of contiguous windows' floors that is material, even (every window higher,
-    none by a jump) and keeps its pace (the newer windows rise at least ``SLOWING`` of
-    the older ones' rate): the shape of a leak, not of a level that settles."""
+    none by a jump: ``_even``) and keeps its pace (the newer windows rise at least
+    ``SLOWING`` of the older ones' rate): the shape of a leak, not of a level that settles."""
     if len(floors) < 3 or np.any(np.diff(times) > 2 * width):
         return None
-    rises = np.diff(floors)
     if (
-        not np.all(rises > 0)
+        not np.all(np.diff(floors) > 0)
         or floors[-1] - floors[0] < thresholds.min_growth_bytes
-        or rises.max() > RAPID_EVEN * rises.min()
+        or not _even(times, floors)
     ):
         return None
     older, _ = theil_sen(times[:3], floors[:3])
@@ -256,6 +255,30 @@ def _even_rise(
     slope, _ = theil_sen(times, floors)
     p = mann_kendall(floors).p
     return Trend(width, slope, p, level, float(times[0]), len(floors), math.inf)
+
+
+def _even(times: np.ndarray, floors: np.ndarray) -> bool:
+    """No window's rise, per second, more than ``RAPID_EVEN`` times another's. One floor
+    between the first and the last may be a GC dip: below the line through its neighbours,
+    the small rise into it and the large one out of it within ``RAPID_EVEN`` of each other,
+    they count as one rise over both windows. A level jump, or the start of a rise after a
+    flat stretch, is one large rise beside a small one whichever floor is left out."""
+    rates = np.diff(floors) / np.diff(times)
+    if rates.max() <= RAPID_EVEN * rates.min():
+        return True
+    for i in range(1, len(floors) - 1):
+        into, out = rates[i - 1], rates[i]
+        if (
+            into < out <= RAPID_EVEN * into  # below the line through its neighbours
+            and _rates_even(np.delete(times, i), np.delete(floors, i))
+        ):
+            return True
+    return False
+
+
+def _rates_even(times: np.ndarray, floors: np.ndarray) -> bool:
+    rates = np.diff(floors) / np.diff(times)
+    return bool(rates.max() <= RAPID_EVEN * rates.min())
 
 
 def steep_rise(times: np.ndarray, values: np.ndarray, thresholds: MemoryThresholds) -> Trend | None:
