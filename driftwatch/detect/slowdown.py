@@ -185,21 +185,22 @@ class SlowdownDetector:
 
     def _judge_start(self) -> None:
         """While the first chunk fills, judge the run's blocks so far (the first left out,
-        the warm-up in) as its end would (:func:`whole_run_step`, :func:`whole_run_rise`): a
-        slowdown that came during the warm-up or the first chunk is part of the baseline
-        that chunk sets, and the sum, whose noise it lifts, never clears it. When they find
-        one, the baseline is formed again from the blocks before it (the step's, or the
-        first ``min_baseline_blocks`` of a rise) and the blocks since are judged against
-        it, so the slowdown is stated live, and followed, as any other. Once per run.
-        Reasoning: docs/detectors.md, "A slowdown before the baseline"."""
+        the warm-up in) as its end would (:func:`whole_run_step`; :func:`start_step` for a
+        step with fewer blocks before it; :func:`whole_run_rise` for a rise that
+        :func:`still_rising` tells from a step): a slowdown that came during the warm-up or
+        the first chunk is part of the baseline that chunk sets, and the sum, whose noise it
+        lifts, never clears it. When one is found, the baseline is formed again from the
+        blocks before it (the step's, or the first ``min_baseline_blocks`` of a rise) and
+        the blocks since are judged against it, so the slowdown is stated live, and
+        followed, as any other. Once per run. Reasoning: docs/detectors.md, "A slowdown
+        before the baseline"."""
         levels = self._run_levels
         step = whole_run_step(levels)
-        early = start_step(levels)
         if step.findings:
             since = step.findings[0].since
             split = next(i for i, (t, _) in enumerate(levels) if t == since)
             self._rebase(levels[max(0, split - WHOLE_RUN_BEFORE_BLOCKS) : split], levels[split:])
-        elif early is not None:
+        elif (early := start_step(levels)) is not None:
             self._rebase(levels[:early], levels[early:])
         elif whole_run_rise(levels).findings and still_rising(levels):
             self._rising = True  # reported as gradual: it climbs a few blocks at once

@@ -101,11 +101,11 @@ def start_step(levels: list[tuple[float, float]]) -> int | None:
             continue
         step = float(np.median(after) - np.median(before))
         slope, _ = theil_sen(times[split:], after)
-        still_rising = slope * (times[-1] - times[split])
+        rise_after = slope * (times[-1] - times[split])
         stayed = float(np.median(after[len(after) // 2 :]) - np.median(before))
         if (
             step >= math.log(WHOLE_RUN_STEP_BAR)
-            and still_rising <= WHOLE_RUN_STEP_RISE * step
+            and rise_after <= WHOLE_RUN_STEP_RISE * step
             and stayed >= math.log(WHOLE_RUN_STEP_BAR)
         ):
             return split
