@@ -47,6 +47,7 @@ from typing import Literal
 
 import numpy as np
 
+from driftwatch.options import DEFAULT_INTERVAL
 from driftwatch.series import Labels, Sample
 
 T0 = 1_700_000_000.0
@@ -639,6 +640,7 @@ def _slow(
     return TraceSpec(
         name,
         seconds,
+        tick=DEFAULT_INTERVAL,  # goals counted in steps: the monitor's own cadence at defaults
         steps=step,
         injections=(Slowdown(onset, factor, ramp_steps),),
         label=Label(what, T0 + onset, SLOWDOWN_KINDS, ideal, goal=goal),
