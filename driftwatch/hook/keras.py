@@ -4,6 +4,8 @@ It times each call of the model's train function by wrapping ``model.train_funct
 the duration of ``fit`` (exact even with ``steps_per_execution > 1``), and declares itself
 ``async_safe`` so Keras 3 keeps dispatching batch-end callbacks asynchronously. Its
 ``on_train_batch_end`` only reads the logs Keras has already turned into Python floats.
+With the TensorFlow backend and one step per execution, the train function's fetch of each
+batch is timed inside its graph (``driftwatch.hook.fit_input``): the input wait.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 import keras
 
 from driftwatch.export.http import TlsConfig
+from driftwatch.hook import fit_input
 from driftwatch.hook.core import shared_hook
 
 
@@ -69,6 +72,9 @@ class DriftwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]
         steps = max(1, int(getattr(self.model, "steps_per_execution", 1) or 1))
         hook = self.hook
         clock = time.perf_counter
+        timer = self._input_timer(steps)
+        if timer is not None:
+            timer.report_to(hook)
 
         def timed_train_function(iterator: Any) -> Any:
             hook.step_started(clock(), steps)
@@ -76,8 +82,31 @@ class DriftwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]
             hook.step_ended(clock())
             return outputs
 
+        def timed_armed_train_function(iterator: Any) -> Any:  # arms fit_input's timer too
+            assert timer is not None
+            hook.step_started(clock(), steps)
+            timer.armed = True
+            try:
+                outputs = original(iterator)
+            finally:
+                timer.armed = False
+            hook.step_ended(clock())
+            return outputs
+
         self._unwrapped = original
-        self.model.train_function = timed_train_function
+        self.model.train_function = (
+            timed_train_function if timer is None else timed_armed_train_function
+        )
+
+    def _input_timer(self, steps: int) -> fit_input.FitInputTimer | None:
+        """``fit_input``'s timer where it can time this fit's fetches: the TensorFlow backend,
+        a traced train function, one step per execution (see that module)."""
+        eager = getattr(self.model, "run_eagerly", False)
+        if steps != 1 or eager or keras.backend.backend() != "tensorflow":
+            return None
+        import tensorflow as tf
+
+        return fit_input.install(tf)
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
         if self._unwrapped is not None:

@@ -1,7 +1,8 @@
-"""Input wait read from a TensorFlow Profiler trace: the one measure that also sees Keras ``fit``.
+"""Input wait read from a TensorFlow Profiler trace, at the moments a trace is captured.
 
 ``fit`` (Keras 3, TensorFlow backend) fetches each batch inside its traced train function
-(``iterator.get_next()`` in ``multi_step_on_iterator``), where no host-side timer can see it.
+(``iterator.get_next()`` in ``multi_step_on_iterator``), where no host-side timer can see it;
+``fit_input`` times it continuously inside that graph, and a trace shows it too.
 TensorFlow's kernel for that op records a TraceMe, ``IteratorGetNextOp::DoCompute``, on a
 line of its own per iterator (``tf_data_iterator_get_next/<id>``) in the trace's host plane,
 however the op was called (eagerly in a custom loop, or in ``fit``'s graph). Each event is the
