@@ -269,7 +269,7 @@ class Hook:
     def _send_input_wait(self) -> None:
         """The share of the periods closed since the last reading spent waiting for input,
         and the median batch's wait, if batches were fetched in them (nothing when no
-        iterator is timed, as under fit)."""
+        fetch is timed, as under fit with several steps per execution)."""
         wait0, batches0, periods0 = self._input_mark
         periods = self._periods_seconds
         if self.input_batches == batches0 or periods <= periods0:
