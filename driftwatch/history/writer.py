@@ -211,10 +211,16 @@ class History:
                 "UPDATE runs SET meta = json_patch(meta, ?) WHERE id = ?",
                 (json.dumps(batch.meta), run_id),
             )
+        known = self._series_ids.setdefault(run_id, {})
+        # An upsert: a bucket written before (the open one, at every flush) is updated in
+        # place, where INSERT OR REPLACE deleted it and checked the foreign key twice (a
+        # quarter of the writer's time).
         conn.executemany(
-            "INSERT OR REPLACE INTO buckets VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO buckets VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET "
+            "count = excluded.count, mean = excluded.mean, min = excluded.min, "
+            "max = excluded.max, last = excluded.last",
             (
-                (self._series_id(run_id, name, labels), width, *row)
+                (known.get((name, labels)) or self._series_id(run_id, name, labels), width, *row)
                 for name, labels, width, row in batch.buckets
             ),
         )
