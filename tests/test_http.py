@@ -6,6 +6,8 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -52,6 +54,26 @@ def test_metrics_landing_page_and_not_found(server: MetricsServer) -> None:
     assert "href='/metrics'" in body
     assert "watching nothing" in body
     assert get(f"http://127.0.0.1:{server.port}/nope")[0] == 404
+
+
+def wake_ups(thread: threading.Thread) -> int:
+    """How many times ``thread`` has slept and been woken (voluntary context switches)."""
+    status = Path(f"/proc/self/task/{thread.native_id}/status").read_text()
+    return int(re.search(r"voluntary_ctxt_switches:\s+(\d+)", status).group(1))  # type: ignore[union-attr]
+
+
+def test_an_idle_server_sleeps_until_a_scrape_and_closes_at_once() -> None:
+    running = MetricsServer(metrics_app(list), "127.0.0.1", 0)
+    (serving,) = [t for t in threading.enumerate() if t.name == "driftwatch-metrics"]
+    get(running.url)  # the loop is running
+    before = wake_ups(serving)
+    time.sleep(1.6)  # the library's serve_forever would have woken 3 times
+    assert wake_ups(serving) - before == 0
+    assert get(running.url)[0] == 200
+    began = time.monotonic()
+    running.close()
+    assert time.monotonic() - began < 0.25
+    assert not serving.is_alive()
 
 
 def test_port_zero_binds_a_free_port(server: MetricsServer) -> None:

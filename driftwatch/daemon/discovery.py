@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 
 SCAN_EVERY_TICKS = 5
 """Ticks between reads of the process table (for jobs only a pattern finds)."""
+STAT_READ_BYTES = 4096
+"""Enough for any ``/proc/PID/stat`` (52 numbers and a name of at most 64 bytes)."""
 REREAD_COMMANDS_EVERY_SCANS = 6
 """Scans of the process table between reads of every process's command line (in between,
 only new processes' are read)."""
@@ -97,8 +99,7 @@ class ProcessTable:
                 continue
             pid = int(entry)
             try:
-                with open(f"/proc/{pid}/stat", "rb") as file:
-                    stat = file.read()
+                stat = _read_stat(pid)
                 close = stat.rindex(b")")
                 ticks = stat[close + 2 :].split(maxsplit=20)[19]
                 identity = stat[stat.index(b"(") + 1 : close] + b"\0" + ticks
@@ -114,6 +115,15 @@ class ProcessTable:
                 table.append((pid, float(ticks) / CLOCK_TICKS + boot, command))
         self._known = known
         return table
+
+
+def _read_stat(pid: int) -> bytes:
+    """``/proc/PID/stat``, read without a file object (a scan reads one per process)."""
+    fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+    try:
+        return os.read(fd, STAT_READ_BYTES)
+    finally:
+        os.close(fd)
 
 
 def _command_line(pid: int) -> str:

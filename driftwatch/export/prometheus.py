@@ -11,16 +11,11 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    InfoMetricFamily,
-    Metric,
-)
-from prometheus_client.exposition import make_wsgi_app
+from prometheus_client.core import InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from driftwatch import __version__
+from driftwatch.export.exposition import Family, metrics_wsgi_app
 from driftwatch.findings import worst_per_kind
 from driftwatch.series import SERIES, Kind, Scope
 from driftwatch.snapshot import Snapshot
@@ -74,11 +69,8 @@ class DriftwatchCollector(Collector):
                 continue
             per_run = spec.scope is Scope.RUN
             label_names = [RUN_LABEL, *spec.label_names] if per_run else list(spec.label_names)
-            family: GaugeMetricFamily | CounterMetricFamily
-            if spec.kind is Kind.COUNTER:
-                family = CounterMetricFamily(spec.metric, spec.help, labels=label_names)
-            else:
-                family = GaugeMetricFamily(spec.metric, spec.help, labels=label_names)
+            kind = "counter" if spec.kind is Kind.COUNTER else "gauge"
+            family = Family(spec.metric, spec.help, kind, label_names)
             seen: set[tuple[str, ...]] = set()
             for run, label_values, value in values:
                 if per_run:
@@ -86,7 +78,7 @@ class DriftwatchCollector(Collector):
                 if label_values in seen:  # node-wide series seen through several runs
                     continue
                 seen.add(label_values)
-                family.add_metric(list(label_values), value)
+                family.add_metric(label_values, value)
             yield family
 
     @staticmethod
@@ -94,38 +86,44 @@ class DriftwatchCollector(Collector):
         info = InfoMetricFamily(
             "driftwatch_target", "The watched process of each run.", labels=[RUN_LABEL]
         )
-        start = GaugeMetricFamily(
+        start = Family(
             "driftwatch_target_start_time_seconds",
             "Start time of the watched process since the unix epoch.",
-            labels=[RUN_LABEL],
+            "gauge",
+            [RUN_LABEL],
         )
-        last_sample = GaugeMetricFamily(
+        last_sample = Family(
             "driftwatch_last_sample_timestamp_seconds",
             "When driftwatch last sampled the run.",
-            labels=[RUN_LABEL],
+            "gauge",
+            [RUN_LABEL],
         )
-        source_up = GaugeMetricFamily(
+        source_up = Family(
             "driftwatch_source_up",
             "Whether a data source works for the run (1) or was switched off (0).",
-            labels=[RUN_LABEL, "source"],
+            "gauge",
+            [RUN_LABEL, "source"],
         )
-        finding = GaugeMetricFamily(
+        finding = Family(
             "driftwatch_finding_active",
             "1 for each kind of problem driftwatch currently reports for the run.",
-            labels=[RUN_LABEL, "kind", "severity"],
+            "gauge",
+            [RUN_LABEL, "kind", "severity"],
         )
-        score = GaugeMetricFamily(
+        score = Family(
             "driftwatch_detector_score",
             "Each detector's evidence against its threshold: 1 or more means it reports.",
-            labels=[RUN_LABEL, "detector"],
+            "gauge",
+            [RUN_LABEL, "detector"],
         )
-        finding_since = GaugeMetricFamily(
+        finding_since = Family(
             "driftwatch_finding_since_timestamp_seconds",
             "When each active finding's problem started.",
-            labels=[RUN_LABEL, "kind"],
+            "gauge",
+            [RUN_LABEL, "kind"],
         )
         cause_rank, cause_score = (
-            GaugeMetricFamily(name, text, labels=[RUN_LABEL, "kind", "cause"])
+            Family(name, text, "gauge", [RUN_LABEL, "kind", "cause"])
             for name, text in CAUSE_FAMILIES
         )
         for snapshot in snapshots:
@@ -138,19 +136,19 @@ class DriftwatchCollector(Collector):
                     "user": target.username,
                 },
             )
-            start.add_metric([run], target.create_time)
-            last_sample.add_metric([run], snapshot.t)
+            start.add_metric((run,), target.create_time)
+            last_sample.add_metric((run,), snapshot.t)
             for status in snapshot.sources:
-                source_up.add_metric([run, status.name], 1.0 if status.up else 0.0)
+                source_up.add_metric((run, status.name), 1.0 if status.up else 0.0)
             for detector, value in snapshot.scores.items():
-                score.add_metric([run, detector], value)
+                score.add_metric((run, detector), value)
             for item in snapshot.findings:
-                finding.add_metric([run, item.kind, item.severity.value], 1.0)
-                finding_since.add_metric([run, item.kind], item.since)
+                finding.add_metric((run, item.kind, item.severity.value), 1.0)
+                finding_since.add_metric((run, item.kind), item.since)
             for kind, item in worst_per_kind(snapshot.findings).items():
                 for rank, cause in enumerate(item.causes, 1):
-                    cause_rank.add_metric([run, kind, cause.cause], float(rank))
-                    cause_score.add_metric([run, kind, cause.cause], cause.score)
+                    cause_rank.add_metric((run, kind, cause.cause), float(rank))
+                    cause_score.add_metric((run, kind, cause.cause), cause.score)
         yield from (info, start, last_sample, source_up, finding, finding_since, score)
         yield from (cause_rank, cause_score)
 
@@ -159,4 +157,4 @@ def metrics_app(snapshots: SnapshotProvider) -> Callable[..., Any]:
     """A WSGI app serving the exposition of a fresh registry holding only our collector."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(DriftwatchCollector(snapshots))
-    return make_wsgi_app(registry)
+    return metrics_wsgi_app(registry)
