@@ -109,9 +109,12 @@ print("steps", 3 * 20)
 )
 
 
-def run_under_driftwatch(program: str, tmp_path: Path, *args: str) -> tuple[str, Path]:
+def run_under_driftwatch(
+    program: str, tmp_path: Path, *args: str, env: dict[str, str] | None = None
+) -> tuple[str, Path]:
     """Run ``program`` under ``driftwatch run`` with its defaults (a free port for its
-    metrics, as parallel tests share this machine); its stdout and the history database."""
+    metrics, as parallel tests share this machine), ``env`` added to its environment; its
+    stdout and the history database."""
     script = tmp_path / "train.py"
     script.write_text(program)
     db = tmp_path / "h.db"
@@ -136,7 +139,7 @@ def run_under_driftwatch(program: str, tmp_path: Path, *args: str) -> tuple[str,
         text=True,
         timeout=240,
         check=False,
-        env={**os.environ, **TF_ENV, **ONE_THREAD},
+        env={**os.environ, **TF_ENV, **ONE_THREAD, **(env or {})},
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout, db

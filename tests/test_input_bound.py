@@ -12,6 +12,7 @@ import pytest
 from driftwatch.detect import Evaluation
 from driftwatch.detect.input_bound import InputBoundDetector
 from driftwatch.findings import Severity
+from driftwatch.hook.fit_input import ENABLE_ENV
 from driftwatch.series import Sample
 from tests.test_custom_loop_hook import (
     findings,
@@ -270,10 +271,12 @@ print("steps", int(sys.argv[1]))
 )
 
 
-def fit_shares(tmp_path: Path, *mode: str) -> tuple[str, list[float]]:
-    """``FIT_UNDER_DRIFTWATCH`` over 350 batches under ``driftwatch run`` with no flags: its
-    stdout, and the input-wait shares its history holds (one mean per bucket)."""
-    stdout, db = run_under_driftwatch(FIT_UNDER_DRIFTWATCH, tmp_path, "350", *mode)
+def fit_shares(tmp_path: Path, *mode: str, timed: bool = True) -> tuple[str, list[float]]:
+    """``FIT_UNDER_DRIFTWATCH`` over 350 batches under ``driftwatch run`` with no flags,
+    its input wait asked for in its environment where ``timed``: its stdout, and the
+    input-wait shares its history holds (one mean per bucket)."""
+    env = {ENABLE_ENV: "1"} if timed else {}
+    stdout, db = run_under_driftwatch(FIT_UNDER_DRIFTWATCH, tmp_path, "350", *mode, env=env)
     assert steps_run(stdout) == 350, stdout
     series = history_series(db)
     assert series["step_seconds"]
@@ -282,12 +285,13 @@ def fit_shares(tmp_path: Path, *mode: str) -> tuple[str, list[float]]:
 
 @pytest.mark.tf
 @pytest.mark.paired
-def test_fit_waiting_on_a_slow_map_is_reported_input_bound_with_default_flags(
+def test_fit_waiting_on_a_slow_map_is_reported_input_bound_when_its_job_asks(
     tmp_path: Path,
 ) -> None:
     # Expected: as for the custom loop above, the 40-ms map outruns tf.data's prefetch and
-    # most of each step waits, now timed inside fit's graph (driftwatch/hook/fit_input.py):
-    # an input_bound warning, the wait named in the live line.
+    # most of each step waits, timed inside fit's graph (driftwatch/hook/fit_input.py) where
+    # the job's environment asks for it: an input_bound warning, the wait named in the live
+    # line.
     stdout, shares = fit_shares(tmp_path, "slow")
     assert_reported_input_bound(shares, tmp_path, stdout)
 
@@ -317,3 +321,12 @@ def test_fit_with_several_steps_per_execution_sends_no_input_wait(tmp_path: Path
     _, shares = fit_shares(tmp_path, "slow", "0.04", "512", "2")
     assert not shares
     assert "input_bound" not in {f["kind"] for f in findings(tmp_path)}
+
+
+@pytest.mark.tf
+@pytest.mark.paired
+def test_fit_sends_no_input_wait_unless_its_job_asks(tmp_path: Path) -> None:
+    # Off by default: the timing ops cost about 25 µs of CPU a step (bench/RESULTS.md).
+    stdout, shares = fit_shares(tmp_path, "fast", timed=False)
+    assert not shares
+    assert "waiting for input" not in stdout

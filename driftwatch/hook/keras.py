@@ -4,8 +4,9 @@ It times each call of the model's train function by wrapping ``model.train_funct
 the duration of ``fit`` (exact even with ``steps_per_execution > 1``), and declares itself
 ``async_safe`` so Keras 3 keeps dispatching batch-end callbacks asynchronously. Its
 ``on_train_batch_end`` only reads the logs Keras has already turned into Python floats.
-With the TensorFlow backend and one step per execution, the train function's fetch of each
-batch is timed inside its graph (``driftwatch.hook.fit_input``): the input wait.
+Where the job asks for it (``fit_input.ENABLE_ENV``), with the TensorFlow backend and one
+step per execution, the train function's fetch of each batch is timed inside its graph
+(``driftwatch.hook.fit_input``): the input wait.
 """
 
 from __future__ import annotations
@@ -99,10 +100,16 @@ class DriftwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]
         )
 
     def _input_timer(self, steps: int) -> fit_input.FitInputTimer | None:
-        """``fit_input``'s timer where it can time this fit's fetches: the TensorFlow backend,
-        a traced train function, one step per execution (see that module)."""
+        """``fit_input``'s timer where the job asked for it and it can time this fit's
+        fetches: the TensorFlow backend, a traced train function, one step per execution
+        (see that module)."""
         eager = getattr(self.model, "run_eagerly", False)
-        if steps != 1 or eager or keras.backend.backend() != "tensorflow":
+        if (
+            not fit_input.enabled()
+            or steps != 1
+            or eager
+            or keras.backend.backend() != "tensorflow"
+        ):
             return None
         import tensorflow as tf
 

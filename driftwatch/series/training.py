@@ -44,7 +44,7 @@ TRAINING: dict[str, SeriesSpec] = {
     "input_wait_share": SeriesSpec(
         "driftwatch_input_wait_ratio",
         "Share of step time the job spent waiting for its next batch from tf.data, over the "
-        "hook's steps since its previous probe (custom loops, and fit over tf.data).",
+        "hook's steps since its previous probe (custom loops; fit where the job asks for it).",
     ),
     "input_wait_batch_seconds": SeriesSpec(
         "driftwatch_input_wait_batch_seconds",
