@@ -65,10 +65,11 @@ class Ring:
         """The newest ``count`` rows, oldest first (``last`` of every column, zipped)."""
         size = self._size
         end = self._next if size == self.capacity else size
-        start = end - min(count, size)
-        if start >= 0:
-            return list(zip(*(column[start:end] for column in self._columns), strict=True))
-        return list(zip(*(column[start:] + column[:end] for column in self._columns), strict=True))
+        columns = self._columns
+        # a negative index counts from the end of a full ring's columns: the older rows
+        return [
+            tuple([column[i] for column in columns]) for i in range(end - min(count, size), end)
+        ]
 
     def column(self, index: int) -> list[float]:
         """One column, oldest first."""
