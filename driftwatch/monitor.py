@@ -25,7 +25,7 @@ from driftwatch.goodput import GoodputAccount
 from driftwatch.series import SERIES, Export, LabelSetLimit, Sample, SeriesKey
 from driftwatch.snapshot import Sink, Snapshot, SourceStatus
 from driftwatch.sources import Draining, Source
-from driftwatch.store import Store
+from driftwatch.store import SeriesHistory, Store
 from driftwatch.target import TargetInfo
 
 log = logging.getLogger(__name__)
@@ -101,6 +101,7 @@ class Monitor:
         self._sources = list(sources)
         self._label_sets = LabelSetLimit()
         self._down: dict[str, str] = {}
+        self._statuses = self._source_statuses()
         self._engine = engine if engine is not None else Engine([])
         self._clock = clock
         self._on_finding = on_finding
@@ -111,6 +112,10 @@ class Monitor:
         reported; kept after it stops holding."""
         self._announced: dict[str, set[Diagnosis]] = {}
         self._medians: dict[SeriesKey, tuple[int, float]] = {}  # by sample count, exported
+        # The exported series (key, history, exported as a recent median), as of a store of
+        # ``_exported_len`` series: the table is looked up again only when a series comes.
+        self._exported: list[tuple[SeriesKey, SeriesHistory, bool]] = []
+        self._exported_len = -1
         self._ticks = 0
         self.evaluate_every = evaluate_every
         self._evaluated_at = -math.inf
@@ -207,10 +212,7 @@ class Monitor:
             now,
             self._ticks,
             self._exported_values(),
-            tuple(
-                SourceStatus(s.name, s.name not in self._down, self._down.get(s.name, ""))
-                for s in self._sources
-            ),
+            self._statuses,
             tuple(findings),
             dict(self._engine.scores),
             self.store,
@@ -218,19 +220,31 @@ class Monitor:
         for sink in self._sinks:
             sink.publish(self.snapshot)
 
+    def _source_statuses(self) -> tuple[SourceStatus, ...]:
+        """Each source's status, for the snapshots until one is disabled."""
+        down = self._down
+        return tuple(
+            SourceStatus(s.name, s.name not in down, down.get(s.name, "")) for s in self._sources
+        )
+
     def _disable(self, source: Source, reason: str) -> None:
         self._down[source.name] = reason
+        self._statuses = self._source_statuses()
         log.warning("%s source disabled: %s", source.name, reason)
         source.close()
 
     def _exported_values(self) -> dict[SeriesKey, float]:
         values: dict[SeriesKey, float] = {}
         medians = self._medians
-        for key, history in self.store:
-            spec = SERIES.get(key[0])
-            if spec is None:
-                continue
-            if spec.export is Export.RECENT_MEDIAN:
+        if len(self.store) != self._exported_len:  # a series came: look the table up again
+            self._exported = [
+                (key, history, spec.export is Export.RECENT_MEDIAN)
+                for key, history in self.store
+                if (spec := SERIES.get(key[0])) is not None
+            ]
+            self._exported_len = len(self.store)
+        for key, history, median in self._exported:
+            if median:
                 held = medians.get(key)  # computed again only once a sample came
                 if held is not None and held[0] == history.count:
                     value = held[1]

@@ -16,7 +16,7 @@ import statistics
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, cast
 
 from driftwatch.series import Sample, SeriesKey, key_of
 
@@ -47,6 +47,29 @@ class Ring:
         for column, value in zip(self._columns, row, strict=True):
             column[index] = value
         self._next = (index + 1) % self.capacity
+
+    def append_pair(self, first: float, second: float) -> None:
+        """``append`` of a two-column row, without building and zipping the row."""
+        columns = self._columns
+        if self._size < self.capacity:
+            columns[0].append(first)
+            columns[1].append(second)
+            self._size += 1
+            return
+        index = self._next
+        columns[0][index] = first
+        columns[1][index] = second
+        self._next = (index + 1) % self.capacity
+
+    def last_rows(self, count: int) -> list[tuple[float, ...]]:
+        """The newest ``count`` rows, oldest first (``last`` of every column, zipped)."""
+        size = self._size
+        end = self._next if size == self.capacity else size
+        columns = self._columns
+        # a negative index counts from the end of a full ring's columns: the older rows
+        return [
+            tuple([column[i] for column in columns]) for i in range(end - min(count, size), end)
+        ]
 
     def column(self, index: int) -> list[float]:
         """One column, oldest first."""
@@ -162,8 +185,7 @@ class Tier:
         count = min(self.closed - closed, len(self.rows))
         if count <= 0:
             return []
-        start, n, mean, low, high, last = (self.rows.last(count, i) for i in range(6))
-        return list(zip(start, n, mean, low, high, last, strict=True))
+        return cast("list[Bucket]", self.rows.last_rows(count))  # rows as wide as a Bucket
 
 
 class SeriesHistory:
@@ -185,7 +207,7 @@ class SeriesHistory:
         if value > self.peak:  # False for NaN
             self.peak = value
         self.count += 1
-        self.raw.append(t, value)
+        self.raw.append_pair(t, value)
         self._latest = (t, value)
         for tier in self.tiers:
             tier.add(t, value)
@@ -232,6 +254,10 @@ class Store:
 
     def __iter__(self) -> Iterator[tuple[SeriesKey, SeriesHistory]]:
         return iter(list(self._histories.items()))
+
+    def __len__(self) -> int:
+        """Series held (a series, once held, stays)."""
+        return len(self._histories)
 
 
 # What a sink may read of the store: the same objects, seen through protocols that offer no

@@ -28,6 +28,19 @@ def test_ring_last_before_it_is_full() -> None:
     assert ring.last(5, 0) == [1.0, 2.0]
 
 
+def test_ring_rows_and_pairs_read_as_the_columns_do_across_the_wrap() -> None:
+    pairs, rows = Ring(4, 2), Ring(4, 2)
+    for i in range(7):  # wrapped: the newest rows sit at both ends of the columns
+        pairs.append_pair(i, i * 10)
+        rows.append(i, i * 10)
+        for count in range(6):
+            expected = list(zip(rows.last(count, 0), rows.last(count, 1), strict=True))
+            assert rows.last_rows(count) == expected
+            assert pairs.last_rows(count) == expected
+    assert rows.last_rows(3) == [(4.0, 40.0), (5.0, 50.0), (6.0, 60.0)]
+    assert Ring(3, 2).last_rows(2) == []
+
+
 def test_ring_rejects_zero_capacity() -> None:
     with pytest.raises(ValueError, match="capacity"):
         Ring(0, 1)

@@ -104,6 +104,7 @@ class StallDetector:
         self.factor = factor
         self._stamps: deque[float] = deque(maxlen=window)
         self._validations: deque[float] = deque(maxlen=8)
+        self._typical: float | None = None  # the median gap of ``_stamps``, until one comes
 
     def observe(self, sample: Sample) -> None:
         if not math.isfinite(sample.value):
@@ -112,12 +113,15 @@ class StallDetector:
             self._validations.append(sample.value)
         elif not self._stamps or sample.value > self._stamps[-1]:
             self._stamps.append(sample.value)
+            self._typical = None
 
     def evaluate(self, now: float) -> Evaluation:
         if not self._stamps:
             return Evaluation(0.0)
-        gaps = [b - a for a, b in itertools.pairwise(self._stamps)]
-        typical = statistics.median(gaps) if gaps else 0.0
+        typical = self._typical
+        if typical is None:  # computed again only once a step came
+            gaps = [b - a for a, b in itertools.pairwise(self._stamps)]
+            typical = self._typical = statistics.median(gaps) if gaps else 0.0
         # Validation pauses training for as long as it takes: that is no stall.
         validation = VALIDATION_ALLOWANCE * max(self._validations, default=0.0)
         limit = max(self.min_seconds, self.factor * typical, validation)

@@ -195,7 +195,8 @@ def analyse_scale(
     if len(scale.means) < thresholds.min_points:
         return analysis
     smallest_jump = max(thresholds.min_growth_bytes * 4, 0.005 * level)
-    splits = level_jumps(floors, min_jump=smallest_jump, k=4.0)
+    flat = bool(floors.min() == floors.max())  # idle memory (not NaN): no jump, every slope 0
+    splits = [] if flat else level_jumps(floors, min_jump=smallest_jump, k=4.0)
     for i in splits:
         analysis.jumps.append((float(times[i]), float(floors[i] - floors[i - 1])))
     # Floors are lowest readings: the window a rise fell into keeps the old floor, so the
@@ -214,7 +215,7 @@ def analyse_scale(
             continue
         if bucket is analysis.fast:
             analysis.fast_tested.add(scale.width)
-        slope, _ = theil_sen(times[idx], floors[idx])
+        slope = 0.0 if flat else theil_sen(times[idx], floors[idx])[0]
         if not slope > 0:
             continue
         # The small-sample autocorrelation estimate is too unstable below ~16 points.

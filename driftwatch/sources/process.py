@@ -4,6 +4,7 @@ and the parts of its resident memory (anonymous, file-backed, shared) from ``/pr
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import psutil
@@ -30,6 +31,17 @@ def _proc_file(pid: int, name: str) -> bytes:
     try:
         with open(f"/proc/{pid}/{name}", "rb") as file:
             return file.read()
+    except (FileNotFoundError, ProcessLookupError) as err:
+        raise psutil.NoSuchProcess(pid) from err
+    except PermissionError as err:
+        raise psutil.AccessDenied(pid) from err
+
+
+def fd_count(pid: int) -> int:
+    """Descriptors the process has open (``/proc/PID/fd`` listed, as psutil's ``num_fds``
+    does, without its wrappers), its errors as psutil's."""
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
     except (FileNotFoundError, ProcessLookupError) as err:
         raise psutil.NoSuchProcess(pid) from err
     except PermissionError as err:
@@ -100,8 +112,7 @@ def memory_limit(pid: int) -> float:
 
 class ProcessSource:
     """Reads the target's ``/proc/PID/stat`` once per sample (liveness, CPU, threads), its
-    ``status`` (memory), ``io`` (I/O counters) and descriptors (through its
-    ``psutil.Process``)."""
+    ``status`` (memory), ``io`` (I/O counters) and ``fd`` (descriptors)."""
 
     name = "process"
 
@@ -112,12 +123,11 @@ class ProcessSource:
 
     def sample(self, now: float) -> list[Sample]:
         target = self._target
-        process = target.process
         # alive, same process, not a zombie: from the same read; RSS from ``status`` below
         stat = target.read_stat(rss=False)
         with translate_psutil(target.pid, "the process statistics"):
             status = status_values(target.pid)
-            fds = process.num_fds()
+            fds = fd_count(target.pid)
             read_chars, write_chars, read_bytes, write_bytes = io_values(target.pid)
         values = {
             "rss_bytes": stat.rss_bytes,  # replaced by status's VmRSS (always there since 2.6)
