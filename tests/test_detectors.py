@@ -180,10 +180,8 @@ def test_a_custom_loops_own_python_between_tiny_steps_is_no_slow_callback() -> N
 
 def test_the_end_of_a_short_run_whose_steps_slowed_from_its_start_reports_it() -> None:
     """Expected: a 20-s run whose steps go from 1.3 ms to 3.4 ms at an even pace (host work
-    growing with the history, as in scenarios/loop_plateau_check.py) is stated live as a
-    gradual slowdown once its blocks so far rise to 2x (against its first ten blocks: a
-    baseline formed again before the rise, docs/detectors.md "A slowdown before the
-    baseline"); its end states it over the whole run, about 2.6x from the first block. A
+    growing with the history, as in scenarios/loop_plateau_check.py) never gets a baseline
+    of its own to be slower than, live; its end states a gradual slowdown of about 2.6x. A
     20-s run that wanders by 1.3x (a loaded shared host) is stated at no end."""
     rng = np.random.default_rng(7)
 
@@ -196,7 +194,7 @@ def test_the_end_of_a_short_run_whose_steps_slowed_from_its_start_reports_it() -
         return detector
 
     slowing = run(lambda s: 0.0013 + (0.0034 - 0.0013) * s / 20)
-    assert [f.kind for f in slowing.evaluate(T0 + 20).findings] == ["gradual_slowdown"]
+    assert slowing.evaluate(T0 + 20).findings == ()
     (finding,) = slowing.conclude(T0 + 20).findings
     assert finding.kind == "gradual_slowdown"
     assert 2.0 < float(finding.evidence["ratio"]) < 3.2

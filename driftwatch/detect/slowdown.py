@@ -19,15 +19,10 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from driftwatch.detect import Evaluation
 from driftwatch.detect.slowdown_end import (
-    START_BEFORE_BLOCKS,
-    WHOLE_RUN_BEFORE_BLOCKS,
     WHOLE_RUN_BLOCKS,
     WHOLE_RUN_MIN_BLOCKS,
     WHOLE_RUN_SKIP_BLOCKS,
-    WHOLE_RUN_STEP_BLOCKS,
     evaluation_ratio,
-    start_step,
-    still_rising,
     whole_run_rise,
     whole_run_step,
 )
@@ -130,9 +125,6 @@ class SlowdownDetector:
         self._active = False  # hysteresis: on above h, off below h / 3
         self._gradual = False  # the kind, decided when the report starts (or steps again)
         self._since = math.nan  # and since when
-        self._rebased = False  # the baseline was formed again before a slowdown at the start
-        # a rise of the start that :meth:`_judge_start` told, until reported or the sum is 0
-        self._rising = False
 
     def observe(self, sample: Sample) -> None:
         block = self._blocks.add(sample.value, sample.t)
@@ -156,22 +148,11 @@ class SlowdownDetector:
             return
         if math.isnan(self.baseline):
             self._add_to_baseline(level)
-        else:
-            self._judge(level, t)
-        if not (self._active or self._chunks or self._rebased) and (
-            START_BEFORE_BLOCKS + WHOLE_RUN_STEP_BLOCKS
-            <= len(self._run_levels)
-            == self._run_blocks - 1
-        ):
-            self._judge_start()
-
-    def _judge(self, level: float, t: float) -> None:
-        """Add one block, past the warm-up and with a baseline, to the sum and the report."""
+            return
         ratio = level - math.log(self.baseline)
         self._cusum.update(min(ratio, self._cusum.h / 2), t)
         self._recent.append((t, ratio))
         self._since_onset = 0 if self._cusum.value == 0.0 else self._since_onset + 1
-        self._rising = self._rising and self._since_onset > 0
         self._since_step += 1
         if self._cusum.alarm and self._current_ratio() >= self._bar():
             if not self._active:
@@ -182,54 +163,6 @@ class SlowdownDetector:
         elif self._cusum.value < self._cusum.h / 3 or self._recent_ratio() < STILL_SLOW:
             self._active = False
         self._clear_for_baseline(level)
-
-    def _judge_start(self) -> None:
-        """While the first chunk fills, judge the run's blocks so far (the first left out,
-        the warm-up in) as its end would (:func:`whole_run_step`; :func:`start_step` for a
-        step with fewer blocks before it; :func:`whole_run_rise` for a rise that
-        :func:`still_rising` tells from a step): a slowdown that came during the warm-up or
-        the first chunk is part of the baseline that chunk sets, and the sum, whose noise it
-        lifts, never clears it. When one is found, the baseline is formed again from the
-        blocks before it (the step's, or the first ``min_baseline_blocks`` of a rise) and
-        the blocks since are judged against it, so the slowdown is stated live, and
-        followed, as any other. Once per run. Reasoning: docs/detectors.md, "A slowdown
-        before the baseline"."""
-        levels = self._run_levels
-        step = whole_run_step(levels)
-        if step.findings:
-            since = step.findings[0].since
-            split = next(i for i, (t, _) in enumerate(levels) if t == since)
-            self._rebase(levels[max(0, split - WHOLE_RUN_BEFORE_BLOCKS) : split], levels[split:])
-        elif (early := start_step(levels)) is not None:
-            self._rebase(levels[:early], levels[early:])
-        elif whole_run_rise(levels).findings and still_rising(levels):
-            self._rising = True  # reported as gradual: it climbs a few blocks at once
-            split = self._min_baseline
-            self._rebase(levels[:split], levels[split:])
-
-    def _rebase(self, before: list[tuple[float, float]], since: list[tuple[float, float]]) -> None:
-        """Form the baseline from the blocks ``before`` alone (their median, and their noise
-        about their Theil-Sen line: a rise's first blocks climb, and their climb is not
-        noise), then judge the blocks ``since`` against it."""
-        self._rebased = True
-        times = np.array([t for t, _ in before])
-        levels = np.array([level for _, level in before])
-        self._chunk = [float(x) for x in levels]
-        self._held.clear()
-        self.baseline = math.exp(float(np.median(levels)))
-        slope, intercept = theil_sen(times - times[0], levels)
-        self._noise = robust_scale(levels - intercept - slope * (times - times[0]))
-        self._variance_factor = ess_variance_factor(levels)[0]
-        self._cusum.reset()
-        self._cusum.k = max(math.log(WORTH_REPORTING) / 2, self._noise)
-        self._cusum.h = max(self._threshold, 6 * self._noise)
-        base = math.log(self.baseline)
-        self._recent.clear()  # the blocks before too, so that a climb is told from a step
-        self._recent.extend((t, level - base) for t, level in before)
-        self._since_onset = 0
-        self._active = False
-        for t, level in since:
-            self._judge(level, t)
 
     def _clear_for_baseline(self, level: float) -> None:
         """Past the first chunk, let a block join the baseline once the sum has cleared it: at
@@ -347,8 +280,7 @@ class SlowdownDetector:
         start, climb_blocks = self._climb(math.log(ratio))
         climb_start = self._recent[max(start, 0)][0]
         onset = self._cusum.onset_t
-        self._gradual = climb_blocks > RECENT_BLOCKS or self._rising
-        self._rising = False
+        self._gradual = climb_blocks > RECENT_BLOCKS
         if onset is None or self._gradual:
             self._since = climb_start if onset is None else min(climb_start, onset)
         else:
@@ -418,21 +350,14 @@ class SlowdownDetector:
         seconds has no baseline, and one whose start was slow (a busy host) has one too high.
         Its last blocks stepping up from those just before them (:func:`whole_run_step`,
         which also replaces a live finding of a smaller ratio), or else all its blocks rising
-        steadily (:func:`whole_run_rise`, which also replaces a live gradual one of a smaller
-        ratio: the rise measured from the first block, not from the baseline's median)."""
+        steadily (:func:`whole_run_rise`)."""
         live = self.evaluate(now)
         if self._run_blocks > WHOLE_RUN_BLOCKS or len(self._run_levels) < WHOLE_RUN_MIN_BLOCKS:
             return live
         step = whole_run_step(self._run_levels)
-        rise = whole_run_rise(self._run_levels)
         if live.findings:  # a step measured from the blocks before it is the better estimate
             stepped = step.findings and evaluation_ratio(step) > evaluation_ratio(live)
-            if stepped:
-                return Evaluation(max(live.score, step.score), step.findings)
-            # and a rise from the run's first block, of one stated live from its first ten
-            rose = (
-                self._gradual and rise.findings and evaluation_ratio(rise) > evaluation_ratio(live)
-            )
-            return Evaluation(max(live.score, rise.score), rise.findings) if rose else live
+            return Evaluation(max(live.score, step.score), step.findings) if stepped else live
+        rise = whole_run_rise(self._run_levels)
         score = max(live.score, step.score, rise.score)
         return Evaluation(score, step.findings or rise.findings)

@@ -35,8 +35,6 @@ WHOLE_RUN_BEFORE_BLOCKS = 12
 """Most blocks just before a step that give the level it stepped up from."""
 WHOLE_RUN_STEP_RISE = 0.25
 """Share of a step (log) by which the blocks after it may still rise, for it to be a step."""
-START_BEFORE_BLOCKS = 5
-"""Fewest blocks (the first left out) before a step that :func:`start_step` judges it on."""
 
 
 def whole_run_step(levels: list[tuple[float, float]]) -> Evaluation:
@@ -82,49 +80,6 @@ def whole_run_step(levels: list[tuple[float, float]]) -> Evaluation:
         "or network."
     )
     return _judged("abrupt_slowdown", score, since, message, first, last)
-
-
-def start_step(levels: list[tuple[float, float]]) -> int | None:
-    """Of a young run's blocks, ``levels`` as (t, log median), the split after which
-    ``WHOLE_RUN_STEP_BLOCKS`` or more are all slower than every one of the
-    ``START_BEFORE_BLOCKS`` or more before it (with fewer than ``WHOLE_RUN_STEP_BLOCKS``,
-    too few for :func:`whole_run_step`'s rank sum to be significant: no overlap at all), their
-    median ``WHOLE_RUN_STEP_BAR`` times theirs, level (:func:`whole_run_step`'s
-    ``WHOLE_RUN_STEP_RISE``) and their last half still that slow; None if there is none.
-    The earliest such split: a step in the run's first seconds, while the warm-up's blocks
-    are all there is to compare with."""
-    times = np.array([t for t, _ in levels])
-    logs = np.array([level for _, level in levels])
-    for split in range(START_BEFORE_BLOCKS, len(logs) - WHOLE_RUN_STEP_BLOCKS + 1):
-        before, after = logs[:split], logs[split:]
-        if len(after) < WHOLE_RUN_STEP_BLOCKS or after.min() <= before.max():
-            continue
-        step = float(np.median(after) - np.median(before))
-        slope, _ = theil_sen(times[split:], after)
-        rise_after = slope * (times[-1] - times[split])
-        stayed = float(np.median(after[len(after) // 2 :]) - np.median(before))
-        if (
-            step >= math.log(WHOLE_RUN_STEP_BAR)
-            and rise_after <= WHOLE_RUN_STEP_RISE * step
-            and stayed >= math.log(WHOLE_RUN_STEP_BAR)
-        ):
-            return split
-    return None
-
-
-def still_rising(levels: list[tuple[float, float]]) -> bool:
-    """Whether the last half of ``levels`` (t, log median) still rises by
-    ``WHOLE_RUN_STEP_RISE`` of what all of them rose (Theil-Sen lines): a ramp does, a step
-    up with level blocks after it does not (a step with as many blocks on each side passes
-    :func:`whole_run_rise` too)."""
-    times = np.array([t for t, _ in levels])
-    logs = np.array([level for _, level in levels])
-    half = len(logs) // 2
-    slope, _ = theil_sen(times, logs)
-    late, _ = theil_sen(times[half:], logs[half:])
-    return bool(
-        late * (times[-1] - times[half]) >= WHOLE_RUN_STEP_RISE * slope * (times[-1] - times[0])
-    )
 
 
 def whole_run_rise(levels: list[tuple[float, float]]) -> Evaluation:
