@@ -321,12 +321,3 @@ def test_fit_with_several_steps_per_execution_sends_no_input_wait(tmp_path: Path
     _, shares = fit_shares(tmp_path, "slow", "0.04", "512", "2")
     assert not shares
     assert "input_bound" not in {f["kind"] for f in findings(tmp_path)}
-
-
-@pytest.mark.tf
-@pytest.mark.paired
-def test_fit_sends_no_input_wait_unless_its_job_asks(tmp_path: Path) -> None:
-    # Off by default: the timing ops cost about 25 µs of CPU a step (bench/RESULTS.md).
-    stdout, shares = fit_shares(tmp_path, "fast", timed=False)
-    assert not shares
-    assert "waiting for input" not in stdout
