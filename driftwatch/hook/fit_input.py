@@ -1,4 +1,5 @@
-"""Keras ``fit``'s input wait, timed inside its train function's graph.
+"""Keras ``fit``'s input wait, timed inside its train function's graph, where the job asks for
+it (``ENABLE_ENV``; off by default for its cost, bench/RESULTS.md "Fit's input wait").
 
 Keras 3's TensorFlow trainer fetches each batch inside its traced train function
 (``iterator.get_next()`` in ``multi_step_on_iterator``), where no host-side timer sees it.
