@@ -53,10 +53,13 @@ def as_from_a_terminal() -> None:
         signal.signal(sig, signal.SIG_DFL)
 
 
-def metrics_url(process: subprocess.Popen[str]) -> str:
-    """Read driftwatch's stderr up to the line that says where its metrics are."""
+def metrics_url(process: subprocess.Popen[str], read: list[str] | None = None) -> str:
+    """Read driftwatch's stderr up to the line that says where its metrics are; the lines
+    read on the way (the job's own, when it writes first) go to ``read``."""
     assert process.stderr is not None
     for line in process.stderr:
+        if read is not None:
+            read.append(line)
         match = re.search(r"metrics at (http://\S+)", line)
         if match:
             return match.group(1)
@@ -144,8 +147,9 @@ def test_retracing_warnings_are_counted_and_passed_through() -> None:
         "time.sleep(30)\n"
     )
     process = start_run(*python_job(job))
+    read: list[str] = []
     try:
-        url = metrics_url(process)
+        url = metrics_url(process, read)
         wait_for(
             lambda: scrape(url).get("driftwatch_tf_retracing_warnings_total[]") == 2,
             30,
@@ -153,7 +157,9 @@ def test_retracing_warnings_are_counted_and_passed_through() -> None:
         )
     finally:
         process.terminate()
-        _, err = process.communicate(timeout=30)
+        _, rest = process.communicate(timeout=30)
+    # The job may write before driftwatch says where its metrics are: count both parts.
+    err = "".join(read) + rest
     assert err.count("triggered tf.function retracing") == 2
 
 
