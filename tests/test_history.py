@@ -109,6 +109,34 @@ def record_ticks(history: History, target: TargetInfo, times: list[float]) -> No
     recorder.close(snapshot, "monitoring stopped")
 
 
+def test_a_run_not_ended_reads_back_to_its_last_flush_from_the_finest_tier(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "history.db"
+    history = History(db)
+    recorder = history.recorder("train", TARGET)
+    store = Store()
+    start = 1_000_000_200.0  # 20 s into a 10-min bucket
+    for tick in range(100):  # 200 s, flushed every 5 s; never closed (a SIGKILL)
+        t = start + 2.0 * tick
+        store.add(Sample("rss_bytes", 1e9 + tick, t))
+        recorder.publish(Snapshot("train", TARGET, t, tick + 1, store=store))
+    history.close()
+    with sqlite3.connect(db) as conn:
+        open_coarse = conn.execute(
+            "SELECT count(*) FROM buckets WHERE width > 10 AND start + width > ?", (t,)
+        ).fetchone()[0]
+    # Coarser tiers' open buckets lie within the finest tier's span: sent only once closed.
+    assert open_coarse == 0
+    reader, run_id = read(db)
+    rss = reader.series(run_id)[("rss_bytes", ())]
+    assert {b.width for b in rss} == {10.0}
+    assert rss[0].start <= start
+    assert rss[-1].start + rss[-1].width >= t - 5.0  # up to the last flush
+    assert sum(b.count for b in rss) >= 100 - 3
+    reader.close()
+
+
 def test_a_restarted_monitor_resumes_the_run_of_the_same_process(tmp_path: Path) -> None:
     db = tmp_path / "history.db"
     for part in range(2):

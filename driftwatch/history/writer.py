@@ -379,7 +379,9 @@ class RunRecorder:
             for index, tier in enumerate(series.tiers):
                 since = done[index] if done else 0
                 rows = tier.closed_since(since) if closed[index] > since else []
-                current = tier.open_bucket()
+                # A coarser tier's open bucket lies within the finest tier's span, where the
+                # reader takes the finest: it is sent once closed, or when the run ends.
+                current = tier.open_bucket() if index == 0 or ended is not None else None
                 if current is not None:
                     rows.append(current)
                 width = tier.width
