@@ -5,6 +5,7 @@ that know nothing of driftwatch, the real monitor, real findings."""
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -127,7 +128,7 @@ def test_a_failing_scenario_is_caught_with_default_flags(verdict: Verdict, tmp_p
 
 @pytest.mark.parametrize("verdict", [verdict.param() for verdict in HEALTHY])
 def test_a_healthy_scenario_raises_no_warning_with_default_flags(
-    verdict: Verdict, tmp_path: Path
+    verdict: Verdict, healthy_scenario: Callable[[str], Watched]
 ) -> None:
-    findings = loud(judged(verdict, run_scenario(verdict.program, tmp_path)))
+    findings = loud(judged(verdict, healthy_scenario(verdict.program)))
     assert not findings, described(findings)
