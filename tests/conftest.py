@@ -8,7 +8,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 if TYPE_CHECKING:
-    from tests.jobs import FinishedRun
+    from tests.jobs import FinishedRun, Watched
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "driftwatch" / "examples"
@@ -61,6 +61,23 @@ def keras_job_slowed_by_a_cpu_hog(tmp_path_factory: pytest.TempPathFactory) -> F
     from tests.jobs import keras_job_slowed_by_a_cpu_hog as run  # it imports this module
 
     return run(tmp_path_factory.mktemp("hogged"))
+
+
+@pytest.fixture(scope="session")
+def healthy_scenario(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Watched]:
+    """A healthy program of scenarios/ run to its end, once for every test that judges it
+    (healthy_fit_validation.py: its verdict in test_scenarios_e2e, its goodput in
+    test_goodput), by its file name."""
+    from tests.jobs import run_scenario  # it imports this module
+
+    runs: dict[str, Watched] = {}
+
+    def run(program: str) -> Watched:
+        if program not in runs:
+            runs[program] = run_scenario(program, tmp_path_factory.mktemp(Path(program).stem))
+        return runs[program]
+
+    return run
 
 
 def run_cli(

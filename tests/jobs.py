@@ -1,23 +1,115 @@
-"""Real TensorFlow jobs run to their end under ``driftwatch run`` with its default flags, for
-the end-to-end tests that judge what driftwatch said about them."""
+"""Real TensorFlow jobs under ``driftwatch run`` with its default flags, for the end-to-end
+tests that judge what driftwatch said about them: run to their end, or stopped as soon as
+driftwatch has said what a test judges."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import EXAMPLES, TF_ENV, run_cli
+import psutil
+
+from tests.conftest import EXAMPLES, REPO, TF_ENV, run_cli
 
 ONE_THREAD = {**TF_ENV, "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
 """One TensorFlow thread, as in test_examples_e2e: the job keeps to one core."""
+SCENARIOS = REPO / "scenarios"
+SCENARIO_TIMEOUT = 150
+"""Seconds a scenario (20 s of training, TensorFlow's start-up, driftwatch's end) may take."""
+POLL = 0.25
+"""Seconds between two reads of a watched job's findings file."""
+STOPPED = 128 + signal.SIGTERM
+"""``driftwatch run``'s exit status for a job the test stopped with SIGTERM."""
+
+Findings = list[dict[str, Any]]
+Enough = Callable[[Findings], bool]
+"""Whether the findings reported so far hold all a test judges (it may stop the job)."""
+
+
+@dataclass(frozen=True)
+class Watched:
+    """What ``driftwatch run`` reported and printed for a job; ``stopped``: the test ended
+    the job (SIGTERM) once driftwatch had said what it judges."""
+
+    findings: Findings
+    stdout: str
+    stderr: str
+    stopped: bool
+    db: Path | None = None  # its history database, where the test gave one (--db)
+
+
+def read_findings(path: Path) -> Findings:
+    """The findings of a ``--findings`` file, as JSON objects; a line still being written is
+    left for the next read."""
+    if not path.exists():
+        return []
+    lines = path.read_text().split("\n")[:-1]  # the text after the last newline is unfinished
+    return [json.loads(line) for line in lines if line]
+
+
+def watch(
+    args: list[str], findings: Path, env: dict[str, str], timeout: float, enough: Enough | None
+) -> Watched:
+    """``driftwatch run --findings findings *args``; once ``enough`` says the findings so far
+    hold what the test judges, the job gets SIGTERM (driftwatch watches it end and says what
+    it found at the end, as always). Asserts driftwatch exits with the job's status: 0 at
+    the job's own end, ``STOPPED`` when stopped, and no traceback."""
+    command = [sys.executable, "-m", "driftwatch", "run", "--findings", str(findings), *args]
+    out, err = findings.with_suffix(".stdout"), findings.with_suffix(".stderr")
+    stopped = False
+    with (
+        out.open("w") as stdout,
+        err.open("w") as stderr,
+        subprocess.Popen(command, env=env, stdout=stdout, stderr=stderr) as job,
+    ):
+        deadline = time.monotonic() + timeout
+        try:
+            while job.poll() is None:
+                if not stopped and enough is not None and enough(read_findings(findings)):
+                    stopped = stop_job(job.pid, args[args.index("--") + 1 :])
+                assert time.monotonic() < deadline, f"still running after {timeout} s"
+                time.sleep(POLL)
+        finally:
+            if job.poll() is None:
+                job.kill()
+    said = err.read_text()
+    # A job that ended by itself as the signal came exits 0.
+    assert job.returncode in ((0, STOPPED) if stopped else (0,)), said[-2000:]
+    assert "Traceback" not in said, said[-2000:]
+    return Watched(read_findings(findings), out.read_text(), said, stopped)
+
+
+def stop_job(driftwatch: int, command: list[str]) -> bool:
+    """SIGTERM, as a scheduler stops a job, to the child of ``driftwatch`` that runs
+    ``command`` (not to driftwatch, nor its other children: a stack dump under way); whether
+    it was still there to get it."""
+    for child in psutil.Process(driftwatch).children():
+        with suppress(psutil.NoSuchProcess):
+            if child.cmdline()[1:] == command[1:]:
+                child.terminate()
+                return True
+    return False
+
+
+def run_scenario(program: str, root: Path, enough: Enough | None = None) -> Watched:
+    """``scenarios/program`` under ``driftwatch run``, its history in ``root/history.db``.
+
+    No flag changes what driftwatch samples or judges; ``--db`` and ``--listen`` only keep
+    the test off the user's history and off a port another driftwatch may hold."""
+    args = ["--db", str(root / "history.db"), "--listen", "127.0.0.1:0", "--"]
+    args += [sys.executable, str(SCENARIOS / program), "--logdir", str(root / "logs")]
+    env = {**os.environ, **ONE_THREAD}  # the job keeps to one core, driftwatch has the other
+    watched = watch(args, root / "findings.jsonl", env, SCENARIO_TIMEOUT, enough)
+    return replace(watched, db=root / "history.db")
 
 
 @dataclass(frozen=True)

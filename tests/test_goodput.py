@@ -14,8 +14,7 @@ import itertools
 import json
 import math
 import os
-import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,7 +28,8 @@ from driftwatch.series import Sample
 from driftwatch.sources.hook import HookSource
 from driftwatch.target import TargetInfo
 from driftwatch.view import render_summary, signal_rows
-from tests.conftest import REPO, TF_ENV, promtool_check_metrics, run_cli
+from tests.conftest import promtool_check_metrics, run_cli
+from tests.jobs import Watched
 from tests.test_exporter import samples_of, scrape
 from tests.test_hook_source import CREATE_TIME, PID, PROCESS
 from tests.test_periodic_stalls import logged, paused, replayed, step_times
@@ -224,38 +224,23 @@ def test_analyze_prints_the_goodput_of_a_samples_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.tf
-def test_a_real_keras_run_with_validation_accounts_for_its_wall_time(tmp_path: Path) -> None:
-    """``driftwatch run`` (default flags) of scenarios/healthy_fit_validation.py for 8 s:
-    ``fit`` with validation after each epoch of 512 batches. Expected, from
-    ``driftwatch report --json``: start-up (importing TensorFlow, building the model,
-    tracing the first step) of a second or more; periodic_stall (the validations) more than
-    0; productive steps more than 0; nothing stalled; the phases add up to the wall time
-    from the process's start to the last sample, within a sampling interval (1 s); the
-    summary printed at the end, the text report and the HTML page say the same goodput."""
-    env = {**TF_ENV, "XDG_DATA_HOME": str(tmp_path)}
-    scenario = REPO / "scenarios" / "healthy_fit_validation.py"
-    job = [sys.executable, str(scenario), "--seconds", "8", "--logdir", str(tmp_path / "logs")]
-    command = [sys.executable, "-m", "driftwatch", "run", "--listen", "127.0.0.1:0", "--", *job]
-    done = subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env={**os.environ, **env},
-        cwd=REPO,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    printed = (done.stdout + done.stderr).splitlines()
+def test_a_real_keras_run_with_validation_accounts_for_its_wall_time(
+    healthy_scenario: Callable[[str], Watched], tmp_path: Path
+) -> None:
+    """``driftwatch run`` (default flags) of scenarios/healthy_fit_validation.py for its 20 s
+    (the run whose verdict test_scenarios_e2e judges: one job for both): ``fit`` with
+    validation after each epoch of 512 batches. Expected, from ``driftwatch report --json``:
+    start-up (importing TensorFlow, building the model, tracing the first step) of a second
+    or more; periodic_stall (the validations) more than 0; productive steps more than 0;
+    nothing stalled; the phases add up to the wall time from the process's start to the last
+    sample, within a sampling interval (1 s); the summary printed at the end, the text report
+    and the HTML page say the same goodput."""
+    run = healthy_scenario("healthy_fit_validation.py")
+    printed = (run.stdout + run.stderr).splitlines()
     summary = [line.strip() for line in printed if line.strip().startswith("goodput: ")]
-    report = subprocess.run(
-        [sys.executable, "-m", "driftwatch", "report", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, **env},
-        check=False,
-    )
+    assert run.db is not None
+    db = str(run.db)
+    report = run_cli("report", "--json", "--db", db)
     assert report.returncode == 0, report.stderr
     document = json.loads(report.stdout)
     goodput = document["goodput"]
@@ -264,21 +249,13 @@ def test_a_real_keras_run_with_validation_accounts_for_its_wall_time(tmp_path: P
     assert seconds["periodic_stall"] > 0
     assert seconds["productive"] > 0
     assert seconds["stalled"] == 0
-    run = document["run"]
-    watched = run["last_seen"] - run["create_time"]
+    watched = document["run"]["last_seen"] - document["run"]["create_time"]
     assert math.isclose(sum(seconds.values()), watched, abs_tol=1.0)
     assert 0 < goodput["ratio"] < 1
     assert summary, printed[-20:]
     assert f"{goodput['ratio']:.0%} of " in summary[-1]
     page = tmp_path / "report.html"
-    text = subprocess.run(
-        [sys.executable, "-m", "driftwatch", "report", "--html", str(page)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, **env},
-        check=False,
-    )
+    text = run_cli("report", "--html", str(page), "--db", db)
     assert f"  goodput: {goodput['ratio']:.0%} of " in text.stdout
     html = page.read_text()
     assert "<h2>Goodput</h2>" in html

@@ -4,26 +4,21 @@ that know nothing of driftwatch, the real monitor, real findings."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, TF_ENV, UNTIMED_KINDS
+from tests.conftest import UNTIMED_KINDS
+from tests.jobs import SCENARIOS, Watched, run_scenario
 
 pytestmark = pytest.mark.tf
 
-SCENARIOS = REPO / "scenarios"
 LOUD = frozenset({"warning", "critical"})
 """Severities a verdict counts: a healthy run raises none, a failing one at least one."""
-TIMEOUT = 150
-"""Seconds a scenario (20 s of training, TensorFlow's start-up, driftwatch's end) may take."""
 
 
 @dataclass(frozen=True)
@@ -70,47 +65,13 @@ FAILING = [verdict for verdict in VERDICTS if verdict.kinds]
 HEALTHY = [verdict for verdict in VERDICTS if not verdict.kinds]
 
 
-def run_scenario(verdict: Verdict, tmp_path: Path) -> list[dict[str, Any]]:
-    """The findings of ``verdict``'s program run under ``driftwatch run``, as JSON objects.
-
-    No flag changes what driftwatch samples or judges; ``--db`` and ``--listen`` only keep
-    the test off the user's history and off a port another driftwatch may hold."""
-    findings = tmp_path / "findings.jsonl"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "driftwatch",
-            "run",
-            "--findings",
-            str(findings),
-            "--db",
-            str(tmp_path / "history.db"),
-            "--listen",
-            "127.0.0.1:0",
-            "--",
-            sys.executable,
-            str(SCENARIOS / verdict.program),
-            "--logdir",
-            str(tmp_path / "logs"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
-        # One TensorFlow thread: the job keeps to one core and driftwatch has the other.
-        env={**os.environ, **TF_ENV, "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"},
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    reported = (
-        [json.loads(line) for line in findings.read_text().splitlines()]
-        if findings.exists()
-        else []
-    )
-    said = [line for line in result.stdout.splitlines() if line.startswith("done ")]
-    print(f"{verdict}: {said[-1] if said else 'no done line'}")  # what the program did
-    print(f"{verdict}: {described(reported) or 'no findings'}")
-    return reported
+def judged(verdict: Verdict, run: Watched) -> list[dict[str, Any]]:
+    """The findings of ``verdict``'s run, printed with what its program did."""
+    said = [line for line in run.stdout.splitlines() if line.startswith("done ")]
+    ended = "stopped once caught" if run.stopped else "no done line"
+    print(f"{verdict}: {said[-1] if said else ended}")  # what the program did
+    print(f"{verdict}: {described(run.findings) or 'no findings'}")
+    return run.findings
 
 
 def described(findings: list[dict[str, Any]]) -> str:
@@ -151,7 +112,13 @@ def test_the_suite_has_a_verdict_for_every_program_and_enough_of_each() -> None:
 
 @pytest.mark.parametrize("verdict", [verdict.param() for verdict in FAILING])
 def test_a_failing_scenario_is_caught_with_default_flags(verdict: Verdict, tmp_path: Path) -> None:
-    findings = loud(run_scenario(verdict, tmp_path))
+    # A verdict that forbids nothing holds once one right finding is loud: the job is
+    # stopped then. One that forbids a kind is judged on the whole run.
+    def caught_one(findings: list[dict[str, Any]]) -> bool:
+        return any(right(finding, verdict) for finding in loud(findings))
+
+    enough = None if verdict.forbidden else caught_one
+    findings = loud(judged(verdict, run_scenario(verdict.program, tmp_path, enough)))
     caught = [finding for finding in findings if right(finding, verdict)]
     classes = f" (a leak as {sorted(verdict.leak_classes)})" if verdict.leak_classes else ""
     assert caught, f"expected one of {sorted(verdict.kinds)}{classes}, got: {described(findings)}"
@@ -161,7 +128,7 @@ def test_a_failing_scenario_is_caught_with_default_flags(verdict: Verdict, tmp_p
 
 @pytest.mark.parametrize("verdict", [verdict.param() for verdict in HEALTHY])
 def test_a_healthy_scenario_raises_no_warning_with_default_flags(
-    verdict: Verdict, tmp_path: Path
+    verdict: Verdict, healthy_scenario: Callable[[str], Watched]
 ) -> None:
-    findings = loud(run_scenario(verdict, tmp_path))
+    findings = loud(judged(verdict, healthy_scenario(verdict.program)))
     assert not findings, described(findings)
