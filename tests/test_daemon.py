@@ -385,8 +385,11 @@ def test_the_channel_of_an_exited_process_is_left_a_while_for_its_other_readers(
     assert daemon.runs == {}
     assert path.exists()
     assert path.with_suffix(".json").exists()
-    daemon.close()  # nothing is left behind when the daemon stops
-    assert not path.exists()
+    # Nor when the daemon stops (CI: a test's daemon stopping removed the channel of another
+    # test's job killed a moment before, whose last records its own daemon could then not
+    # name): a later discovery finds its writer gone and removes it.
+    daemon.close()
+    assert path.with_suffix(".json").exists()
 
 
 @pytest.mark.parametrize("problem", ["older format", "not a channel"])

@@ -273,9 +273,11 @@ class Daemon:
 
     def close(self) -> None:
         """Stop watching everything (the runs' channels stay: their processes live on); their
-        history ends with ``monitor.STOPPED``."""
+        history ends with ``monitor.STOPPED``. The channels of processes that exited less than
+        ``sweep_after`` ago stay too: another reader may still need their metadata (any
+        daemon's discovery removes them later)."""
         for watched in self._watched.values():
             watched.monitor.close()
         self._watched.clear()
         self.snapshots = ()
-        self._discovery.sweep_due(everything=True)
+        self._discovery.sweep_due()

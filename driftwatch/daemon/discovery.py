@@ -236,8 +236,8 @@ class Discovery:
         self._passed.setdefault(path, _Passed(Verdict.EXITED, why, time.monotonic()))
         self.sweep_due()
 
-    def sweep_due(self, everything: bool = False) -> None:
-        """Remove the exited processes' channels whose time has come (``everything``: all).
+    def sweep_due(self) -> None:
+        """Remove the exited processes' channels whose time has come.
 
         One that cannot be removed (e.g. a read-only mount) is logged once and left alone.
         """
@@ -245,7 +245,7 @@ class Discovery:
         for path, passed in list(self._passed.items()):
             if passed.verdict is not Verdict.EXITED:
                 continue
-            if not everything and now - passed.since < self._sweep_after:
+            if now - passed.since < self._sweep_after:
                 continue
             del self._passed[path]
             if remove_channel(path):
