@@ -264,22 +264,21 @@ def _even(times: np.ndarray, floors: np.ndarray) -> bool:
     the small rise into it and the large one out of it within ``RAPID_EVEN`` of each other,
     they count as one rise over both windows. A level jump, or the start of a rise after a
     flat stretch, is one large rise beside a small one whichever floor is left out."""
-    rates = np.diff(floors) / np.diff(times)
+    rates = _rates(times, floors)
     if rates.max() <= RAPID_EVEN * rates.min():
         return True
     for i in range(1, len(floors) - 1):
         into, out = rates[i - 1], rates[i]
-        if (
-            into < out <= RAPID_EVEN * into  # below the line through its neighbours
-            and _rates_even(np.delete(times, i), np.delete(floors, i))
-        ):
-            return True
+        if into < out <= RAPID_EVEN * into:  # below the line through its neighbours
+            merged = _rates(np.delete(times, i), np.delete(floors, i))
+            if merged.max() <= RAPID_EVEN * merged.min():
+                return True
     return False
 
 
-def _rates_even(times: np.ndarray, floors: np.ndarray) -> bool:
-    rates = np.diff(floors) / np.diff(times)
-    return bool(rates.max() <= RAPID_EVEN * rates.min())
+def _rates(times: np.ndarray, floors: np.ndarray) -> np.ndarray:
+    """Each window's rise to the next, per second."""
+    return np.diff(floors) / np.diff(times)
 
 
 def steep_rise(times: np.ndarray, values: np.ndarray, thresholds: MemoryThresholds) -> Trend | None:

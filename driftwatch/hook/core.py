@@ -111,7 +111,8 @@ class Hook:
         self._period_steps = 0
         self._periods_seconds = 0.0  # wall time of every closed period (input wait's base)
         # Seconds spent in, and calls of, the tf.data iterator's next outside the train step:
-        # added by custom_loop's iterator patch; a probe sends their share of the periods.
+        # added by the iterator patches (``add_input_wait``); a probe sends their share of
+        # the periods.
         self.input_wait_seconds = 0.0
         self.input_batches = 0
         self.input_waits = [0.0] * INPUT_WAITS_KEPT  # the newest batches' waits, a ring
@@ -265,6 +266,16 @@ class Hook:
             self._server = None
 
     # -- helpers -----------------------------------------------------------------------
+
+    def add_input_wait(self, seconds: float, batches: int = 1) -> None:
+        """``batches`` batches fetched after ``seconds`` of waiting in all, each taken to
+        have waited their mean (custom_loop's patch times one batch, fit_input's a probe's)."""
+        first = self.input_batches
+        each = seconds / batches
+        for batch in range(max(first, first + batches - INPUT_WAITS_KEPT), first + batches):
+            self.input_waits[batch % INPUT_WAITS_KEPT] = each
+        self.input_wait_seconds += seconds
+        self.input_batches = first + batches
 
     def _send_input_wait(self) -> None:
         """The share of the periods closed since the last reading spent waiting for input,

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from driftwatch.hook.core import INPUT_WAITS_KEPT, Hook, shared_hook, user_hook_exists
+from driftwatch.hook.core import Hook, shared_hook, user_hook_exists
 
 log = logging.getLogger(__name__)
 
@@ -313,11 +313,7 @@ def patch_iterator_next(iterator_class: Any, state: TrainStepRecognizer) -> None
         try:
             return original(self)
         finally:
-            waited = clock() - start
-            batch = hook.input_batches
-            hook.input_wait_seconds += waited
-            hook.input_waits[batch % INPUT_WAITS_KEPT] = waited
-            hook.input_batches = batch + 1
+            hook.add_input_wait(clock() - start)
 
     setattr(_next_internal, _PATCHED, True)
     iterator_class._next_internal = _next_internal

@@ -36,8 +36,6 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from driftwatch.hook.core import INPUT_WAITS_KEPT
-
 if TYPE_CHECKING:
     from driftwatch.hook.core import Hook
 
@@ -102,12 +100,7 @@ class FitInputTimer:
         self._read = (seconds, batches)
         if fetched <= 0:
             return
-        mean = max(0.0, waited) / fetched
-        first = hook.input_batches
-        for batch in range(max(first, first + fetched - INPUT_WAITS_KEPT), first + fetched):
-            hook.input_waits[batch % INPUT_WAITS_KEPT] = mean
-        hook.input_wait_seconds += max(0.0, waited)
-        hook.input_batches = first + fetched
+        hook.add_input_wait(max(0.0, waited), fetched)
 
 
 _timer: FitInputTimer | None = None

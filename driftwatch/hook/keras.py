@@ -79,25 +79,19 @@ class DriftwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]
 
         def timed_train_function(iterator: Any) -> Any:
             hook.step_started(clock(), steps)
-            outputs = original(iterator)
-            hook.step_ended(clock())
-            return outputs
-
-        def timed_armed_train_function(iterator: Any) -> Any:  # arms fit_input's timer too
-            assert timer is not None
-            hook.step_started(clock(), steps)
-            timer.armed = True
-            try:
+            if timer is None:
                 outputs = original(iterator)
-            finally:
-                timer.armed = False
+            else:  # arms fit_input's timer for the call (and its tracing)
+                timer.armed = True
+                try:
+                    outputs = original(iterator)
+                finally:
+                    timer.armed = False
             hook.step_ended(clock())
             return outputs
 
         self._unwrapped = original
-        self.model.train_function = (
-            timed_train_function if timer is None else timed_armed_train_function
-        )
+        self.model.train_function = timed_train_function
 
     def _input_timer(self, steps: int) -> fit_input.FitInputTimer | None:
         """``fit_input``'s timer where the job asked for it and it can time this fit's
