@@ -150,6 +150,30 @@ def test_the_final_evaluation_ranks_causes_again_on_all_of_the_run() -> None:
     assert final.causes[0].numbers["traces_per_step_after"] == pytest.approx(26 / 2025)
 
 
+def test_a_rate_before_an_onset_older_than_the_fine_buckets_is_still_measured() -> None:
+    # Expected: CPU pressure 0.1 s/s until 450 s, 0.8 s/s after; the run ends at 1,200 s, so
+    # the window before the onset lies in the 5-minute buckets alone, and the only one that
+    # ends before the onset holds one sample (its last). The rate before runs from the
+    # signal's first sample: host contention, 0.1 -> 0.8 s/s. Before the fix: no rate before
+    # (a bucket alone has no span), no cause.
+    ranker = CauseRanker()
+    feed(
+        ranker,
+        [
+            Sample(
+                "pressure_some_seconds",
+                0.1 * t if t < 450 else 45 + 0.8 * (t - 450),
+                float(t),
+                (("resource", "cpu"),),
+            )
+            for t in range(1, 1201)
+        ],
+    )
+    [final] = ranker.annotate([slowdown(450.0)], 1200.0, final=True)
+    assert [c.cause for c in final.causes] == ["host_cpu_contention"]
+    assert final.causes[0].numbers["cpu_pressure_share_before"] == pytest.approx(0.1)
+
+
 def test_a_stalled_run_is_judged_since_its_last_step() -> None:
     # Expected: the job stops stepping at 200 s while its RSS sits at 97 % of its limit:
     # memory near its limit, (0.97 - 0.85) / 0.05 = 2.4.
@@ -247,6 +271,8 @@ def test_thermal_throttling_that_starts_mid_run_is_the_top_cause(
 def test_the_ranking_adds_no_finding_and_changes_none_of_the_detectors_verdicts() -> None:
     # The same samples through the default engine with and without the ranker: the same
     # findings (kinds, severities, onsets), some of them with causes.
+    # From 600 s on: steps 1.8x slower, the node's CPU pressure 0.1 -> 0.8 s/s, the job's
+    # CPU time 1 -> 0.5 cores (counters: they add up those rates).
     rng = random.Random(1)
     samples = []
     for t in range(1, 1200):
@@ -254,12 +280,9 @@ def test_the_ranking_adds_no_finding_and_changes_none_of_the_detectors_verdicts(
         samples += [
             Sample("step_seconds", step * (1 + 0.05 * rng.random()), t + i / 20) for i in range(20)
         ]
-        samples.append(
-            Sample(
-                "pressure_some_seconds", (0.1 if t < 600 else 0.8) * t, t, (("resource", "cpu"),)
-            )
-        )
-        samples.append(Sample("cpu_seconds", (1.0 if t < 600 else 0.5) * t, float(t)))
+        pressure = 0.1 * t if t < 600 else 60 + 0.8 * (t - 600)
+        samples.append(Sample("pressure_some_seconds", pressure, t, (("resource", "cpu"),)))
+        samples.append(Sample("cpu_seconds", t if t < 600 else 600 + 0.5 * (t - 600), float(t)))
     plain, ranked = Engine(default_detectors()), default_engine()
     verdicts = []
     for engine in (plain, ranked):

@@ -11,7 +11,7 @@ import pytest
 from driftwatch.detect.stats import (
     MAX_LAG1,
     Cusum,
-    RunningMedianBlocks,
+    RunningBlocks,
     ess_variance_factor,
     lag1_autocorrelation,
     level_jumps,
@@ -19,6 +19,7 @@ from driftwatch.detect.stats import (
     rank_sum_greater,
     robust_scale,
     theil_sen,
+    trimmed_mean,
 )
 
 FloatArray = npt.NDArray[np.float64]
@@ -419,22 +420,22 @@ def test_cusum_validates_parameters() -> None:
         Cusum(k=0.1, h=0.0)
 
 
-# --------------------------------------------------------------------------- RunningMedianBlocks
+# --------------------------------------------------------------------------- RunningBlocks
 
 
 def test_blocks_medians_by_count() -> None:
-    b = RunningMedianBlocks(size=5)
+    b = RunningBlocks(size=5)
     out = [b.add(v, float(i)) for i, v in enumerate([5.0, 1.0, 100.0, 2.0, 3.0, 9, 7, 8, 6, 10])]
     assert out[4] == (3.0, 4.0)
     assert out[9] == (8.0, 9.0)
     assert [o for o in out if o is not None] == [(3.0, 4.0), (8.0, 9.0)]
-    even = RunningMedianBlocks(size=4)
+    even = RunningBlocks(size=4)
     results = [even.add(v, 0.0) for v in (1.0, 4.0, 2.0, 10.0)]
     assert results[-1] == (3.0, 0.0)
 
 
 def test_blocks_close_early_on_time() -> None:
-    b = RunningMedianBlocks(size=100, max_seconds=10.0, min_size=3)
+    b = RunningBlocks(size=100, max_seconds=10.0, min_size=3)
     assert b.add(1.0, 0.0) is None
     assert b.add(3.0, 4.0) is None
     assert b.add(2.0, 8.0) is None
@@ -447,7 +448,7 @@ def test_blocks_close_early_on_time() -> None:
 
 
 def test_blocks_ignore_non_finite_values() -> None:
-    b = RunningMedianBlocks(size=3)
+    b = RunningBlocks(size=3)
     assert b.add(math.nan, 0.0) is None
     assert b.add(1.0, 1.0) is None
     assert b.add(math.inf, 2.0) is None
@@ -458,7 +459,7 @@ def test_blocks_ignore_non_finite_values() -> None:
 
 
 def test_blocks_flush_reset_and_fixed_memory() -> None:
-    b = RunningMedianBlocks(size=8, min_size=2)
+    b = RunningBlocks(size=8, min_size=2)
     assert b.flush() is None
     b.add(1.0, 1.0)
     assert b.flush() is None  # below min_size
@@ -478,11 +479,25 @@ def test_blocks_flush_reset_and_fixed_memory() -> None:
 
 def test_blocks_validate_parameters() -> None:
     with pytest.raises(ValueError, match="min_size"):
-        RunningMedianBlocks(size=0)
+        RunningBlocks(size=0)
     with pytest.raises(ValueError, match="min_size"):
-        RunningMedianBlocks(size=4, min_size=5)
+        RunningBlocks(size=4, min_size=5)
     with pytest.raises(ValueError, match="max_seconds"):
-        RunningMedianBlocks(size=4, max_seconds=0.0)
+        RunningBlocks(size=4, max_seconds=0.0)
+    with pytest.raises(ValueError, match="trim"):
+        RunningBlocks(size=4, trim=1.0)
+
+
+def test_trimmed_blocks_leave_out_their_slowest_share_and_average_the_rest() -> None:
+    # Ten values, the slowest tenth (one) left out: a spike does not count, and waits that
+    # land on several values do (a median of these would say 1.0 either way).
+    b = RunningBlocks(size=10, trim=0.1)
+    values = [1.0] * 6 + [4.0, 4.0, 4.0, 100.0]
+    out = [b.add(v, float(i)) for i, v in enumerate(values)]
+    assert out[-1] == (2.0, 9.0)  # (6 + 12) / 9
+    assert trimmed_mean([3.0, 1.0, 2.0], 0.1) == 2.0  # fewer than ten: none left out
+    assert trimmed_mean([5.0], 0.5) == 5.0
+    assert trimmed_mean([1.0, 9.0], 0.5) == 1.0
 
 
 # --------------------------------------------------------------------------- scipy cross-checks

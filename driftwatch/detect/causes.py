@@ -121,13 +121,16 @@ class _Tier:
 class _Track:
     """One signal in fine buckets (recent minutes) and coarse ones (a day)."""
 
-    __slots__ = ("coarse", "fine")
+    __slots__ = ("coarse", "fine", "first")
 
     def __init__(self) -> None:
         self.fine = _Tier(FINE_SECONDS, FINE_POINTS)
         self.coarse = _Tier(COARSE_SECONDS, COARSE_POINTS)
+        self.first: tuple[float, float] | None = None  # (t, value) of its first sample
 
     def add(self, t: float, value: float) -> None:
+        if self.first is None:
+            self.first = (t, value)
         self.fine.add(t, value)
         self.coarse.add(t, value)
 
@@ -158,11 +161,15 @@ class _Track:
     def rate(self, windows: Windows) -> float:
         """Growth per second over ``windows``: their increases over their durations, each
         from the last sample at or before its start (else its first) to the last at or
-        before its end."""
+        before its end. The signal's first sample counts as one where its first bucket is
+        kept: a bucket holds only its last, so a coarse one alone would have no span."""
         if not windows:
             return math.nan
         rows = self._rows(windows)
         times, values = rows[:, 3], rows[:, 4]
+        if self.first is not None and len(rows) and rows[0, 0] <= self.first[0] < times[0]:
+            times = np.concatenate(((self.first[0],), times))
+            values = np.concatenate(((self.first[1],), values))
         starts = np.array([a for a, _ in windows])
         ends = np.array([b for _, b in windows])
         first = np.maximum(np.searchsorted(times, starts, side="right") - 1, 0)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from driftwatch.detect import Evaluation
-from driftwatch.detect.stats import RunningMedianBlocks
+from driftwatch.detect.stats import RunningBlocks
 from driftwatch.findings import KINDS, Finding
 from driftwatch.series import Sample
 from driftwatch.units import human_seconds
@@ -28,8 +28,8 @@ class SlowCallbackDetector:
     def __init__(self, share_threshold: float = 0.3, growth_threshold: float = 0.15) -> None:
         self.share_threshold = share_threshold
         self.growth_threshold = growth_threshold
-        self._steps = RunningMedianBlocks(200, max_seconds=30.0, min_size=5)
-        self._gaps = RunningMedianBlocks(200, max_seconds=30.0, min_size=5)
+        self._steps = RunningBlocks(200, max_seconds=30.0, min_size=5)
+        self._gaps = RunningBlocks(200, max_seconds=30.0, min_size=5)
         self._step = math.nan
         self._gap = math.nan
         self._baseline_share = math.nan

@@ -2,8 +2,9 @@
 
 Raw per-step times are heavy-tailed and autocorrelated, with checkpoint and validation
 spikes: detectors on them drown in false alarms. So steps are first reduced to block
-medians (100 steps, or fewer when steps are slow), and only those are tested. A short run
-is also judged at its end over all its blocks (``driftwatch.detect.slowdown_end``).
+levels (100 steps, or fewer when steps are slow: the mean of all but the slowest tenth),
+and only those are tested. A short run is also judged at its end over all its blocks
+(``driftwatch.detect.slowdown_end``).
 Reasoning and experiments: docs/detectors.md, "Slowdowns".
 """
 
@@ -29,7 +30,7 @@ from driftwatch.detect.slowdown_end import (
 from driftwatch.detect.stats import (
     MEDIAN_EFFICIENCY,
     Cusum,
-    RunningMedianBlocks,
+    RunningBlocks,
     ess_variance_factor,
     robust_scale,
     theil_sen,
@@ -60,6 +61,8 @@ LEVEL_BLOCKS = 30
 """Most blocks since the onset that estimate the current level."""
 STILL_SLOW = 1 + (LEAST_REPORTED - 1) / 2
 """A reported slowdown ends once the recent blocks fall back below this ratio."""
+SLOWEST_STEPS_LEFT_OUT = 0.1
+"""Share of a block's slowest steps left out of its level, the mean of the others."""
 MIN_BLOCK_SECONDS = 1.0
 """Least wall time a block spans, in seconds (blocks of fast steps are merged)."""
 MAX_SUB_BLOCKS = 256
@@ -71,7 +74,7 @@ RESTEP_BAR = 1.5
 
 
 class SlowdownDetector:
-    """One-sided CUSUM of log block-median step time against the run's own baseline.
+    """One-sided CUSUM of log block-level step time against the run's own baseline.
 
     Blocks of fast steps are merged until one spans ``MIN_BLOCK_SECONDS``; the first
     ``warmup_blocks`` are skipped. The baseline is the median of chunk medians (the newest
@@ -100,8 +103,10 @@ class SlowdownDetector:
         baseline_blocks: int = 30,
         threshold: float = 0.2,
     ) -> None:
-        self._blocks = RunningMedianBlocks(block, max_seconds=block_seconds, min_size=min_block)
-        self._sub_blocks: list[float] = []  # log medians of the sub-blocks of the open block
+        self._blocks = RunningBlocks(
+            block, max_seconds=block_seconds, min_size=min_block, trim=SLOWEST_STEPS_LEFT_OUT
+        )
+        self._sub_blocks: list[float] = []  # log levels of the sub-blocks of the open block
         self._last_block_t = -math.inf
         self._warmup_left = warmup_blocks
         self._run_levels: list[tuple[float, float]] = []  # (t, log level), short runs

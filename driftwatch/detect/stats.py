@@ -281,20 +281,23 @@ class Cusum:
 
 
 @dataclass
-class RunningMedianBlocks:
-    """Turns a stream of per-step values into block medians, in fixed memory.
+class RunningBlocks:
+    """Turns a stream of per-step values into one value per block, in fixed memory.
 
-    :meth:`add` returns ``(median, block_end_t)`` when the block holds ``size`` values, or
+    :meth:`add` returns ``(value, block_end_t)`` when the block holds ``size`` values, or
     earlier once ``max_seconds`` have passed since the block's first value and it holds at
     least ``min_size`` values (so slow training still yields blocks at a steady pace).
-    ``block_end_t`` is the ``t`` of the block's last value. Medians shrug off the odd
-    checkpoint or GC spike that a mean would smear over the block. Non-finite values are
-    ignored entirely (they neither count nor advance the clock).
+    ``block_end_t`` is the ``t`` of the block's last value. The block's value is its median,
+    or with ``trim``, the mean of its values with that share of the largest left out
+    (:func:`trimmed_mean`): both shrug off the odd checkpoint or GC spike that a mean would
+    smear over the block. Non-finite values are ignored entirely (they neither count nor
+    advance the clock).
     """
 
     size: int
     max_seconds: float = math.inf
     min_size: int = 1
+    trim: float | None = None
     _values: list[float] = field(default_factory=list, init=False, repr=False)
     _start_t: float = field(default=0.0, init=False, repr=False)
     _last_t: float = field(default=0.0, init=False, repr=False)
@@ -304,6 +307,8 @@ class RunningMedianBlocks:
             raise ValueError(f"need 1 <= min_size <= size, got {self.min_size}, {self.size}")
         if not self.max_seconds > 0:
             raise ValueError(f"max_seconds must be > 0, got {self.max_seconds}")
+        if self.trim is not None and not 0 <= self.trim < 1:
+            raise ValueError(f"trim must be a share in [0, 1), got {self.trim}")
 
     @property
     def pending(self) -> int:
@@ -335,7 +340,16 @@ class RunningMedianBlocks:
         self._values.clear()
 
     def _close(self) -> tuple[float, float]:
-        # statistics.median: the same value as numpy's, a tenth of its cost on a short list.
-        median = float(statistics.median(self._values))
+        if self.trim is None:
+            # statistics.median: the same value as numpy's, a tenth of its cost on a short list.
+            value = float(statistics.median(self._values))
+        else:
+            value = trimmed_mean(self._values, self.trim)
         self._values.clear()
-        return median, self._last_t
+        return value, self._last_t
+
+
+def trimmed_mean(values: list[float], share: float) -> float:
+    """The mean of ``values`` with the largest ``share`` of them (rounded down) left out."""
+    kept = sorted(values)[: len(values) - int(len(values) * share)]
+    return sum(kept) / len(kept)
