@@ -2,9 +2,9 @@
 
 Raw per-step times are heavy-tailed and autocorrelated, with checkpoint and validation
 spikes: detectors on them drown in false alarms. So steps are first reduced to block
-levels (100 steps, or fewer when steps are slow: the mean of all but the slowest tenth),
-and only those are tested. A short run is also judged at its end over all its blocks
-(``driftwatch.detect.slowdown_end``).
+levels (100 steps, or fewer when steps are slow: their median, or for steps of a few
+milliseconds the mean of all but the slowest tenth), and only those are tested. A short
+run is also judged at its end over all its blocks (``driftwatch.detect.slowdown_end``).
 Reasoning and experiments: docs/detectors.md, "Slowdowns".
 """
 
@@ -14,6 +14,7 @@ import itertools
 import math
 import statistics
 from collections import deque
+from dataclasses import replace
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -61,8 +62,10 @@ LEVEL_BLOCKS = 30
 """Most blocks since the onset that estimate the current level."""
 STILL_SLOW = 1 + (LEAST_REPORTED - 1) / 2
 """A reported slowdown ends once the recent blocks fall back below this ratio."""
+SHORT_STEP_SECONDS = 0.02
+"""Median step of a run's first block below which its blocks' level is not their median."""
 SLOWEST_STEPS_LEFT_OUT = 0.1
-"""Share of a block's slowest steps left out of its level, the mean of the others."""
+"""Share of a block's slowest steps left out of a short-step run's level (the others' mean)."""
 MIN_BLOCK_SECONDS = 1.0
 """Least wall time a block spans, in seconds (blocks of fast steps are merged)."""
 MAX_SUB_BLOCKS = 256
@@ -76,7 +79,11 @@ RESTEP_BAR = 1.5
 class SlowdownDetector:
     """One-sided CUSUM of log block-level step time against the run's own baseline.
 
-    Blocks of fast steps are merged until one spans ``MIN_BLOCK_SECONDS``; the first
+    A block's level is its median step; in a run whose first block's median is under
+    ``SHORT_STEP_SECONDS``, the mean of its steps without the slowest
+    ``SLOWEST_STEPS_LEFT_OUT`` (a busy host's scheduler makes such steps wait between
+    time slices, on a few steps only). Blocks of fast steps are merged until one spans
+    ``MIN_BLOCK_SECONDS``; the first
     ``warmup_blocks`` are skipped. The baseline is the median of chunk medians (the newest
     ``BASELINE_CHUNKS``): the first chunk follows the start while the sum is not past ``h``;
     later blocks join only once the sum has cleared them (:meth:`_clear_for_baseline`), so
@@ -103,9 +110,8 @@ class SlowdownDetector:
         baseline_blocks: int = 30,
         threshold: float = 0.2,
     ) -> None:
-        self._blocks = RunningBlocks(
-            block, max_seconds=block_seconds, min_size=min_block, trim=SLOWEST_STEPS_LEFT_OUT
-        )
+        self._blocks = RunningBlocks(block, max_seconds=block_seconds, min_size=min_block)
+        self._first_block = True  # the run's first block decides the level of the others
         self._sub_blocks: list[float] = []  # log levels of the sub-blocks of the open block
         self._last_block_t = -math.inf
         self._warmup_left = warmup_blocks
@@ -135,6 +141,10 @@ class SlowdownDetector:
         block = self._blocks.add(sample.value, sample.t)
         if block is None or not block[0] > 0:
             return
+        if self._first_block:
+            self._first_block = False
+            if block[0] < SHORT_STEP_SECONDS:
+                self._blocks = replace(self._blocks, trim=SLOWEST_STEPS_LEFT_OUT)
         t = block[1]
         self._sub_blocks.append(math.log(block[0]))
         # Close at the whole number of sub-blocks nearest to MIN_BLOCK_SECONDS: 100 steps of
