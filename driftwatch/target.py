@@ -146,6 +146,7 @@ class Target:
         self._statm_path = f"/proc/{info.pid}/statm"
         self._links: dict[str, str] = {}  # what each descriptor's link read, by its number
         self._links_read_at = -math.inf  # when every link was last read (monotonic)
+        self._open_paths: list[str] = []  # what open_paths last listed
 
     @property
     def pid(self) -> int:
@@ -256,21 +257,26 @@ class Target:
         mount namespace (a container), whose own paths mean nothing here.
 
         Only reads the links in ``/proc/PID/fd``: psutil's ``open_files`` also reads every
-        descriptor's ``fdinfo``, which cost more than the rest of a monitor's tick. A link is
-        read when its descriptor number is new since the previous call, and every link each
-        ``LINKS_REREAD_SECONDS``: a file opened under the number of one closed between two
-        calls is found then.
+        descriptor's ``fdinfo``, which cost more than the rest of a monitor's tick. The
+        directory is listed only when the count of descriptors (its size, on Linux 6.2 and
+        later) has changed since the previous call, and a link read only when its descriptor
+        number is new; all of them are listed and read each ``LINKS_REREAD_SECONDS``: a file
+        opened under the number of one closed between two calls is found then.
         """
         fd_dir = f"/proc/{self.pid}/fd"
+        now = time.monotonic()
+        reread = now - self._links_read_at >= LINKS_REREAD_SECONDS
         try:
+            count = os.stat(fd_dir).st_size
+            if count and count == len(self._links) and not reread:
+                return self._open_paths
             fds = os.listdir(fd_dir)
         except FileNotFoundError as err:
             raise exited(self.pid) from err
         except PermissionError as err:
             raise TargetAccessDenied(self.pid, "the open files (/proc/PID/fd)") from err
-        now = time.monotonic()
         known = self._links
-        if now - self._links_read_at >= LINKS_REREAD_SECONDS:
+        if reread:
             known, self._links_read_at = {}, now
         links: dict[str, str] = {}
         paths = []
@@ -287,4 +293,5 @@ class Target:
             if path.startswith("/") and not path.endswith(DELETED):
                 paths.append(self.root + path)
         self._links = links
+        self._open_paths = paths
         return paths

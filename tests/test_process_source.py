@@ -26,6 +26,35 @@ for line in sys.stdin:
 """
 
 
+def test_open_descriptors_are_counted_as_psutil_counts_them() -> None:
+    # Expected: a child with 150 files open more than it starts with: the count psutil's
+    # num_fds lists, before and after (read from /proc/PID/fd's size on Linux 6.2 and on).
+    code = (
+        "import sys\n"
+        "files = []\n"
+        "for line in sys.stdin:\n"
+        "    files += [open('/dev/null') for _ in range(150)]\n"
+        "    print(len(files), flush=True)\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert child.stdin is not None
+    assert child.stdout is not None
+    try:
+        source, process = ProcessSource(Target.attach(child.pid)), psutil.Process(child.pid)
+        before = {s.series: s.value for s in source.sample(100.0)}["open_fds"]
+        assert before == process.num_fds()
+        child.stdin.write("open\n")
+        child.stdin.flush()
+        assert child.stdout.readline() == "150\n"
+        after = {s.series: s.value for s in source.sample(101.0)}["open_fds"]
+        assert after == process.num_fds() == before + 150
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_process_source_reads_every_process_series() -> None:
     child = subprocess.Popen(
         [sys.executable, "-c", GROWER],

@@ -261,6 +261,8 @@ def test_open_paths_find_new_descriptors_at_once_and_reused_numbers_at_the_full_
         child.stdin.write("\n")
         child.stdin.flush()
         assert child.stdout.readline() == reused  # the first file's number, now the third's
+        # As many descriptors as before: not listed again until the full read.
+        assert os.path.realpath(first) in target.open_paths()
         monkeypatch.setattr("driftwatch.target.LINKS_REREAD_SECONDS", 0.0)
         paths = target.open_paths()
         assert os.path.realpath(third) in paths

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from pathlib import Path
 
 import psutil
@@ -22,15 +23,25 @@ STATUS_FIELDS = {
     b"RssShmem": "rss_shmem_bytes",
 }
 """``/proc/PID/status`` fields read each tick (memory in kB there), and their series."""
+STATUS_LINES = re.compile(rb"^(" + b"|".join(STATUS_FIELDS) + rb"):\s*(\d+)", re.MULTILINE)
+"""The lines of those fields and their numbers."""
 IO_FIELDS = (b"rchar", b"wchar", b"read_bytes", b"write_bytes")
 """The ``/proc/PID/io`` counters read each tick (bytes)."""
+IO_LINES = re.compile(rb"^(" + b"|".join(IO_FIELDS) + rb"):\s*(\d+)", re.MULTILINE)
+"""The lines of those counters and their numbers."""
+PROC_READ_BYTES = 16384
+"""Bytes asked for in one read of a ``/proc/PID`` file (``status`` holds about 1.5 KB)."""
 
 
 def _proc_file(pid: int, name: str) -> bytes:
-    """``/proc/PID/name``, its errors as psutil's (the source's callers translate those)."""
+    """``/proc/PID/name`` in one read without a file object (a tick reads two per target),
+    its errors as psutil's (the source's callers translate those)."""
     try:
-        with open(f"/proc/{pid}/{name}", "rb") as file:
-            return file.read()
+        fd = os.open(f"/proc/{pid}/{name}", os.O_RDONLY)
+        try:
+            return os.read(fd, PROC_READ_BYTES)
+        finally:
+            os.close(fd)
     except (FileNotFoundError, ProcessLookupError) as err:
         raise psutil.NoSuchProcess(pid) from err
     except PermissionError as err:
@@ -38,10 +49,12 @@ def _proc_file(pid: int, name: str) -> bytes:
 
 
 def fd_count(pid: int) -> int:
-    """Descriptors the process has open (``/proc/PID/fd`` listed, as psutil's ``num_fds``
-    does, without its wrappers), its errors as psutil's."""
+    """Descriptors the process has open: the size of ``/proc/PID/fd`` (Linux 6.2 and later
+    count them there), else its listing (as psutil's ``num_fds`` does, which costs 60 µs for
+    150 descriptors); its errors as psutil's."""
+    path = f"/proc/{pid}/fd"
     try:
-        return len(os.listdir(f"/proc/{pid}/fd"))
+        return os.stat(path).st_size or len(os.listdir(path))
     except (FileNotFoundError, ProcessLookupError) as err:
         raise psutil.NoSuchProcess(pid) from err
     except PermissionError as err:
@@ -53,27 +66,16 @@ def status_values(pid: int) -> dict[str, float]:
     lack the lines by kind). ``VmRSS`` is the sum of the three, as ``statm``'s resident
     pages that psutil reads are."""
     text = _proc_file(pid, "status")
-    values: dict[str, float] = {}
-    for line in text.splitlines():
-        key, _, rest = line.partition(b":")
-        series = STATUS_FIELDS.get(key)
-        if series is not None:
-            number = float(rest.split()[0])
-            values[series] = number * 1024
-    return values
+    return {STATUS_FIELDS[key]: float(kb) * 1024 for key, kb in STATUS_LINES.findall(text)}
 
 
 def io_values(pid: int) -> tuple[int, int, int, int]:
     """``rchar``, ``wchar``, ``read_bytes`` and ``write_bytes`` of ``/proc/PID/io`` (as
     psutil's ``io_counters`` reads them, without its object)."""
-    text = _proc_file(pid, "io")
-    fields = {}
-    for line in text.splitlines():
-        key, _, rest = line.partition(b":")
-        fields[key] = rest
+    fields = dict(IO_LINES.findall(_proc_file(pid, "io")))
     try:
         counts = [int(fields[key]) for key in IO_FIELDS]
-    except (KeyError, ValueError) as err:
+    except KeyError as err:
         raise psutil.AccessDenied(pid, msg=f"unexpected /proc/{pid}/io") from err
     return counts[0], counts[1], counts[2], counts[3]
 
