@@ -81,6 +81,19 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 """Units of the times in ``/proc/PID/stat``, per second."""
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 """Bytes in a memory page (the unit of ``/proc/PID/statm``)."""
+PROC_READ_BYTES = 16384
+"""Bytes asked for in one read of a small ``/proc`` file (``status``, the largest read each
+tick, holds about 1.5 KB; ``stat`` at most 52 numbers and a 64-byte name)."""
+
+
+def read_proc_file(path: str) -> bytes:
+    """A small ``/proc`` file in one read, without a file object (a tick reads several per
+    target, a process-table scan one per process); its ``OSError`` as raised."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.read(fd, PROC_READ_BYTES)
+    finally:
+        os.close(fd)
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,8 +235,7 @@ class Target:
         (``TargetGone`` if it exited or its PID now belongs to a process with another start
         time, ``TargetZombie`` if its parent has not reaped it yet)."""
         try:
-            with open(self._stat_path, "rb") as file:
-                stat = file.read()
+            stat = read_proc_file(self._stat_path)
         except (FileNotFoundError, ProcessLookupError) as err:
             raise exited(self.pid) from err
         except PermissionError as err:
@@ -240,8 +252,7 @@ class Target:
         if not rss:
             return ProcStat(cpu_seconds, int(fields[17]), math.nan)
         try:
-            with open(self._statm_path, "rb") as file:
-                resident = int(file.read().split(maxsplit=2)[1])
+            resident = int(read_proc_file(self._statm_path).split(maxsplit=2)[1])
         except (FileNotFoundError, ProcessLookupError) as err:
             raise exited(self.pid) from err
         return ProcStat(cpu_seconds, int(fields[17]), resident * PAGE_BYTES)

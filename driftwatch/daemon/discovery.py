@@ -36,14 +36,12 @@ from driftwatch.channel.ring import ChannelReader, read_meta, writer_alive
 from driftwatch.daemon.config import Config
 from driftwatch.errors import TargetAccessDenied, TargetGone
 from driftwatch.pidns import find_process, start_ticks
-from driftwatch.target import CLOCK_TICKS, Target
+from driftwatch.target import CLOCK_TICKS, Target, read_proc_file
 
 log = logging.getLogger(__name__)
 
 SCAN_EVERY_TICKS = 5
 """Ticks between reads of the process table (for jobs only a pattern finds)."""
-STAT_READ_BYTES = 4096
-"""Enough for any ``/proc/PID/stat`` (52 numbers and a name of at most 64 bytes)."""
 REREAD_COMMANDS_EVERY_SCANS = 6
 """Scans of the process table between reads of every process's command line (in between,
 only new processes' are read)."""
@@ -99,7 +97,7 @@ class ProcessTable:
                 continue
             pid = int(entry)
             try:
-                stat = _read_stat(pid)
+                stat = read_proc_file(f"/proc/{pid}/stat")
                 close = stat.rindex(b")")
                 ticks = stat[close + 2 :].split(maxsplit=20)[19]
                 identity = stat[stat.index(b"(") + 1 : close] + b"\0" + ticks
@@ -115,15 +113,6 @@ class ProcessTable:
                 table.append((pid, float(ticks) / CLOCK_TICKS + boot, command))
         self._known = known
         return table
-
-
-def _read_stat(pid: int) -> bytes:
-    """``/proc/PID/stat``, read without a file object (a scan reads one per process)."""
-    fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
-    try:
-        return os.read(fd, STAT_READ_BYTES)
-    finally:
-        os.close(fd)
 
 
 def _command_line(pid: int) -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 
 from driftwatch.series import Sample
-from driftwatch.target import Target, translate_psutil
+from driftwatch.target import Target, read_proc_file, translate_psutil
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 UNLIMITED = 1 << 62  # cgroup v1 writes "no limit" as a huge page-rounded number
@@ -29,19 +29,12 @@ IO_FIELDS = (b"rchar", b"wchar", b"read_bytes", b"write_bytes")
 """The ``/proc/PID/io`` counters read each tick (bytes)."""
 IO_LINES = re.compile(rb"^(" + b"|".join(IO_FIELDS) + rb"):\s*(\d+)", re.MULTILINE)
 """The lines of those counters and their numbers."""
-PROC_READ_BYTES = 16384
-"""Bytes asked for in one read of a ``/proc/PID`` file (``status`` holds about 1.5 KB)."""
 
 
 def _proc_file(pid: int, name: str) -> bytes:
-    """``/proc/PID/name`` in one read without a file object (a tick reads two per target),
-    its errors as psutil's (the source's callers translate those)."""
+    """``/proc/PID/name``, its errors as psutil's (the source's callers translate those)."""
     try:
-        fd = os.open(f"/proc/{pid}/{name}", os.O_RDONLY)
-        try:
-            return os.read(fd, PROC_READ_BYTES)
-        finally:
-            os.close(fd)
+        return read_proc_file(f"/proc/{pid}/{name}")
     except (FileNotFoundError, ProcessLookupError) as err:
         raise psutil.NoSuchProcess(pid) from err
     except PermissionError as err:
