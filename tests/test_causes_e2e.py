@@ -43,7 +43,13 @@ def test_a_cpu_hog_started_beside_a_real_keras_job_is_named_host_contention(
     # (half: 2), above every other cause. On a saturated node (pressure near 1 s/s before),
     # the fall of the job's CPU time alone: 0.5 / 0.25 = 2 (a trial at load 13: 0.99 -> 1.00
     # s/s, 0.34 -> 0.19 cores, score 1.9 then 2.4; steps 1.2 -> 4.0 ms, 3.4x).
-    top = top_cause(keras_job_slowed_by_a_cpu_hog.findings)
+    # Judged on the run's report (its causes ranked again over all of the run at its end):
+    # the findings file holds the finding as first told, ranked a few seconds after an
+    # onset that a short-step run's block levels may date up to 4 s before the hog, so
+    # its window was half unhogged (CI, session 12: 0.13 s/s there, 0.62 in the report).
+    result = keras_job_slowed_by_a_cpu_hog.cli("report", "--json")
+    assert result.returncode == 0, result.stderr
+    top = top_cause(json.loads(result.stdout)["findings"])
     assert top["cause"] == "host_cpu_contention", top
     numbers = top["numbers"]
     assert numbers["cpu_pressure_share_after"] > 0.5
