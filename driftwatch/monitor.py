@@ -44,6 +44,9 @@ YOUNG_SECONDS = 300.0
 EVALUATION_SLACK = FAST_INTERVAL / 2
 """Seconds by which an evaluation may come before ``evaluate_every`` has passed (ticks an
 interval apart are not exactly that apart on the sample clock)."""
+SETTLED_EVALUATE_SECONDS = 10.0
+"""Seconds between a settled target's evaluations, at least, where the caller spaces them
+(the daemon's ``Cadence.evaluate_every``); while a signal moves fast, every tick."""
 FAST_HOLD_SECONDS = 60.0
 """Sampling stays fast this many seconds after a signal last moved fast."""
 FAST_EVENT_FILE_RATE = (1 << 30) / 3600
@@ -353,6 +356,15 @@ class Cadence:
         if now < self._young_until or moving.fast_at(now):
             return min(FAST_INTERVAL, self.configured)
         return self.configured
+
+    def evaluate_every(self, now: float) -> float:
+        """Seconds between evaluations of the detectors: the configured interval while the
+        target is young, ``SETTLED_EVALUATE_SECONDS`` (or the interval, if longer) once it
+        has settled. The drift a settled run is watched for takes minutes to hours; a tick
+        that sees a signal move fast is evaluated anyway (``Monitor.tick``)."""
+        if now < self._young_until:
+            return self.configured
+        return max(self.configured, SETTLED_EVALUATE_SECONDS)
 
 
 class Pacer:

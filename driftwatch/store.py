@@ -112,11 +112,20 @@ Bucket = tuple[float, float, float, float, float, float]
 
 
 class Tier:
-    """Fixed-width time buckets; non-finite values are counted only in ``last``."""
+    """Fixed-width time buckets; non-finite values are counted only in ``last``.
+
+    A tier built on a ``finer`` one (whose width divides its own) is fed by it: the finer
+    tier folds each bucket it closes into this one, and this one's open bucket includes what
+    the finer tiers hold of it. A sample is added to the finest tier only, so the coarser
+    tiers cost nothing per sample; their buckets are those they would have built alone.
+    """
 
     __slots__ = (
+        "_coarser",
         "_count",
         "_end",
+        "_finer",
+        "_held",
         "_last",
         "_max",
         "_min",
@@ -127,13 +136,24 @@ class Tier:
         "width",
     )
 
-    def __init__(self, spec: TierSpec) -> None:
+    def __init__(self, spec: TierSpec, finer: Tier | None = None) -> None:
         self.width = spec.width_seconds
         self.rows = Ring(spec.capacity, len(BUCKET_COLUMNS))
         self.closed = 0
         """Buckets closed so far, including those the ring has since overwritten."""
+        self._coarser: Tier | None = None
+        self._finer = finer
+        if finer is not None:
+            ratio = self.width / finer.width
+            if not (ratio >= 1 and ratio == round(ratio)):
+                raise ValueError(
+                    f"a tier of {self.width:g} s cannot be built from one of {finer.width:g} s: "
+                    "its width must be a whole multiple of the finer one's"
+                )
+            finer._coarser = self
         self._start = math.nan
         self._end = -math.inf  # the open bucket's start plus its width: where the next starts
+        self._held = False  # whether the open bucket holds anything of its own
         self._count = 0
         self._sum = 0.0
         self._min = math.inf
@@ -141,13 +161,11 @@ class Tier:
         self._last = math.nan
 
     def add(self, t: float, value: float) -> None:
+        """Add a sample (to the finest tier only: the coarser ones are fed by it)."""
         # A sample older than the open bucket (clock stepped back) folds into the open bucket.
         if not t < self._end:  # the open bucket's end is not computed again per sample
-            start = math.floor(t / self.width) * self.width
-            if start > self._start or math.isnan(self._start):
-                self.flush()
-                self._start = start
-                self._end = start + self.width
+            self._reach(t)
+        self._held = True
         self._last = value
         if value - value == 0.0:  # finite (inf - inf and NaN - NaN are NaN)
             self._count += 1
@@ -158,27 +176,20 @@ class Tier:
                 self._max = value
 
     def flush(self) -> None:
-        """Close the open bucket, if it holds anything."""
-        bucket = self.open_bucket()
-        if bucket is None:
-            return
-        self.rows.append(*bucket)
-        self.closed += 1
-        self._start = math.nan
-        self._end = -math.inf
-        self._count = 0
-        self._sum = 0.0
-        self._min = math.inf
-        self._max = -math.inf
+        """Close the open bucket, with what the finer tiers hold of it."""
+        if self._finer is not None:
+            self._finer.flush()
+        self._close()
 
     def open_bucket(self) -> Bucket | None:
         """The bucket still being filled, as it stands; ``None`` when there is none."""
-        if math.isnan(self._start):
+        content = self._content()
+        if content is None:
             return None
-        if not self._count:
-            return (self._start, 0.0, math.nan, math.nan, math.nan, self._last)
-        mean = self._sum / self._count
-        return (self._start, float(self._count), mean, self._min, self._max, self._last)
+        count, total, low, high, last = content
+        if not count:
+            return (self._start, 0.0, math.nan, math.nan, math.nan, last)
+        return (self._start, float(count), total / count, low, high, last)
 
     def closed_since(self, closed: int) -> list[Bucket]:
         """The buckets closed after the first ``closed``, oldest first, as far as still kept."""
@@ -186,6 +197,73 @@ class Tier:
         if count <= 0:
             return []
         return cast("list[Bucket]", self.rows.last_rows(count))  # rows as wide as a Bucket
+
+    def _reach(self, t: float) -> None:
+        """Time has reached ``t`` (a sample's, or where a finer tier's new bucket starts):
+        if that is past the open bucket, close it and open the one that holds ``t``."""
+        if t < self._end:
+            return
+        start = math.floor(t / self.width) * self.width
+        if start > self._start or math.isnan(self._start):
+            self._close()
+            self._start = start
+            self._end = start + self.width
+            if self._coarser is not None:
+                self._coarser._reach(start)
+
+    def _fold(self, count: int, total: float, low: float, high: float, last: float) -> None:
+        """Take in a bucket a finer tier has closed."""
+        self._held = True
+        self._last = last
+        self._count += count
+        self._sum += total
+        self._min = min(self._min, low)
+        self._max = max(self._max, high)
+
+    def _content(self) -> tuple[int, float, float, float, float] | None:
+        """(count, sum, min, max, last) of the open bucket, the finer tiers' part included."""
+        finer = None if self._finer is None else self._finer._content()
+        if finer is None:
+            if not self._held:
+                return None
+            return (self._count, self._sum, self._min, self._max, self._last)
+        if not self._held:
+            return finer
+        count, total, low, high, last = finer
+        own_low, own_high = self._min, self._max
+        return (
+            self._count + count,
+            self._sum + total,
+            low if low < own_low else own_low,
+            high if high > own_high else own_high,
+            last,
+        )
+
+    def _close(self) -> None:
+        """Close the open bucket with what it holds itself, and fold it into the coarser."""
+        if self._held:
+            count = self._count
+            mean = self._sum / count if count else math.nan
+            low, high = (self._min, self._max) if count else (math.nan, math.nan)
+            self.rows.append(self._start, float(count), mean, low, high, self._last)
+            self.closed += 1
+            if self._coarser is not None:
+                self._coarser._fold(count, self._sum, self._min, self._max, self._last)
+        self._start = math.nan
+        self._end = -math.inf
+        self._held = False
+        self._count = 0
+        self._sum = 0.0
+        self._min = math.inf
+        self._max = -math.inf
+
+
+def cascade(specs: Iterable[TierSpec]) -> list[Tier]:
+    """The tiers of ``specs``, finest first, each built on the one before it."""
+    tiers: list[Tier] = []
+    for spec in specs:
+        tiers.append(Tier(spec, tiers[-1] if tiers else None))
+    return tiers
 
 
 class SeriesHistory:
@@ -195,7 +273,7 @@ class SeriesHistory:
 
     def __init__(self, raw_capacity: int, tiers: Iterable[TierSpec]) -> None:
         self.raw = Ring(raw_capacity, 2)  # columns: t, value
-        self.tiers = [Tier(spec) for spec in tiers]
+        self.tiers = cascade(tiers)
         self.first: tuple[float, float] | None = None
         self.peak = -math.inf
         self.count = 0
@@ -209,8 +287,8 @@ class SeriesHistory:
         self.count += 1
         self.raw.append_pair(t, value)
         self._latest = (t, value)
-        for tier in self.tiers:
-            tier.add(t, value)
+        if self.tiers:
+            self.tiers[0].add(t, value)
 
     def latest(self) -> tuple[float, float] | None:
         return self._latest

@@ -143,8 +143,9 @@ def _gpu_memory_rows(r: _Reader, label: str) -> list[Row]:
 
 def _event_file_rows(r: _Reader, label: str) -> list[Row]:
     files = r.value("event_files")
-    if not math.isfinite(files):
-        return []
+    if not math.isfinite(files):  # no series until the run's first event file is found
+        source = next((s for s in r.snapshot.sources if s.name == "eventfiles"), None)
+        return [(label, "none found")] if source is not None and source.up else []
     # Event files only grow, so their projection is honest from the second sample on.
     growth = rate_per_second(r.history("event_file_bytes"), min_span=0.0) * 3600
     reading = (

@@ -36,8 +36,11 @@ from driftwatch.channel.wire import SERIES_META, Kind
 from driftwatch.daemon.agent import Daemon
 from driftwatch.daemon.config import Config, load_config
 from driftwatch.daemon.discovery import SCAN_EVERY_TICKS, SWEEP_AFTER_SECONDS
+from driftwatch.detect import Engine
 from driftwatch.errors import HistoryError, UsageError
+from driftwatch.findings import Finding
 from driftwatch.history.reader import HistoryReader, RunRecord
+from driftwatch.monitor import YOUNG_SECONDS
 from driftwatch.pidns import ProcessId, identify
 from tests.conftest import (
     CONTAINED_HOOK,
@@ -288,6 +291,37 @@ def test_matching_processes_are_watched_with_unique_names_and_dropped_when_they_
     assert daemon.runs == {f"sleep-{second.pid}": second.pid}  # names stay stable
     daemon.close()
     assert daemon.snapshots == ()
+
+
+@pytest.mark.parametrize(("age", "evaluations"), [(10.0, 11), (YOUNG_SECONDS + 100, 3)])
+def test_a_settled_targets_detectors_judge_it_every_ten_seconds(
+    tmp_path: Path,
+    sleepers: Sleepers,
+    monkeypatch: pytest.MonkeyPatch,
+    age: float,
+    evaluations: int,
+) -> None:
+    (child, _), pattern = sleepers  # two processes: each is judged
+    judged: list[float] = []
+    evaluate = Engine.evaluate
+
+    def counted(self: Engine, now: float, *, final: bool = False) -> list[Finding]:
+        judged.append(now)
+        return evaluate(self, now, final=final)
+
+    monkeypatch.setattr(Engine, "evaluate", counted)
+    started = psutil.Process(child.pid).create_time()
+    now = started + age
+    daemon = Daemon(
+        lambda: load_config(None, [pattern], 2.0),
+        directories=lambda config: [tmp_path],
+        clock=lambda: now,
+    )
+    for tick in range(11):  # 20 s of 2-s samples
+        now = started + age + 2.0 * tick
+        daemon.tick()
+    daemon.close()
+    assert len(judged) == 2 * evaluations, [t - started for t in judged]
 
 
 def test_the_process_table_is_scanned_every_few_ticks(tmp_path: Path) -> None:

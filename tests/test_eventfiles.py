@@ -114,9 +114,19 @@ def test_emits_only_known_series(tmp_path: Path, log: Log) -> None:
     assert all(s.t == 500.0 for s in samples if s.series != "step_seconds")
 
 
-def test_no_files_yet(tmp_path: Path) -> None:
-    values = latest(EventFileSource([tmp_path / "missing"]).sample(0.0))
-    assert values == {"event_files": 0.0, "event_file_bytes": 0.0, "event_file_largest_bytes": 0.0}
+def test_a_run_without_event_files_has_no_event_file_series_until_one_comes(
+    tmp_path: Path,
+) -> None:
+    source = EventFileSource([tmp_path], rescan_seconds=0.0)
+    assert source.sample(0.0) == []
+    log = Log(tmp_path)
+    log.scalar(1, 1.0, loss=1.0)
+    values = latest(source.sample(1.0))
+    assert values["event_files"] == 1.0
+    assert values["event_file_bytes"] > 0
+    os.remove(log.path)
+    values = latest(source.sample(2.0))  # its files gone: zeros, as any run's then
+    assert values["event_files"] == values["event_file_bytes"] == 0.0
 
 
 def test_count_total_and_largest_size(tmp_path: Path) -> None:

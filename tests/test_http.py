@@ -17,6 +17,7 @@ import pytest
 
 from driftwatch import Hook
 from driftwatch.errors import ListenError, UsageError
+from driftwatch.export import http
 from driftwatch.export.http import (
     DEFAULT_HOST,
     DEFAULT_PORT,
@@ -299,3 +300,27 @@ def test_attach_and_daemon_serve_https_and_reject_bad_tls_flags(
         (["--tls-client-ca", str(pki.ca)], "--tls-client-ca needs"),
     ]:
         assert_one_line_error(run_cli(*command, *flags), needle)
+
+
+def test_silent_clients_are_dropped_and_do_not_hold_up_scrapes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(http, "CONNECTION_TIMEOUT_SECONDS", 0.5)
+    running = MetricsServer(metrics_app(list), "127.0.0.1", 0)
+    try:
+        assert get(running.url)[0] == 200  # the handler threads are started
+        handlers = threading.active_count()
+        silent = [
+            socket.create_connection(("127.0.0.1", running.port))
+            for _ in range(http.HANDLER_THREADS + 1)
+        ]  # more than there are handlers, each connected and never speaking
+        began = time.monotonic()
+        assert get(running.url)[0] == 200
+        assert time.monotonic() - began < 5 * http.CONNECTION_TIMEOUT_SECONDS
+        for client in silent:
+            client.settimeout(5)
+            assert client.recv(1) == b""  # dropped by the server
+            client.close()
+        assert threading.active_count() == handlers  # no thread per connection
+    finally:
+        running.close()

@@ -13,6 +13,7 @@ from driftwatch.monitor import (
     FAST_EVENT_FILE_RATE,
     FAST_HOLD_SECONDS,
     FAST_INTERVAL,
+    SETTLED_EVALUATE_SECONDS,
     YOUNG_SECONDS,
     Cadence,
     FastSignals,
@@ -309,6 +310,13 @@ def test_sampling_is_fast_while_a_target_is_young_then_at_the_interval() -> None
     assert cadence.interval(1000.0 + YOUNG_SECONDS - 1, quiet) == FAST_INTERVAL
     assert cadence.interval(1000.0 + YOUNG_SECONDS + 1, quiet) == 2.0
     assert Cadence(0.1, started=1000.0).interval(1001.0, quiet) == 0.1  # never slower
+
+
+def test_a_settled_targets_detectors_judge_it_every_ten_seconds_or_the_interval() -> None:
+    cadence = Cadence(2.0, started=1000.0)
+    assert cadence.evaluate_every(1000.0 + YOUNG_SECONDS - 1) == 2.0
+    assert cadence.evaluate_every(1000.0 + YOUNG_SECONDS + 1) == SETTLED_EVALUATE_SECONDS == 10
+    assert Cadence(30.0, started=1000.0).evaluate_every(1000.0 + YOUNG_SECONDS + 1) == 30.0
 
 
 def test_sampling_is_fast_for_a_while_after_memory_heads_for_its_limit() -> None:

@@ -1,12 +1,13 @@
 from __future__ import annotations
 
 import math
+import random
 import tracemalloc
 
 import pytest
 
 from driftwatch.series import Sample
-from driftwatch.store import Ring, SeriesHistory, Store, Tier, TierSpec
+from driftwatch.store import DEFAULT_TIERS, Ring, SeriesHistory, Store, Tier, TierSpec, cascade
 
 
 def test_ring_keeps_the_newest_rows_in_order() -> None:
@@ -69,6 +70,47 @@ def test_tier_folds_a_backwards_clock_into_the_open_bucket() -> None:
     tier.flush()
     assert tier.rows.column(0) == [100]
     assert tier.rows.column(1) == [2]
+
+
+def _same_bucket(got: tuple[float, ...] | None, want: tuple[float, ...] | None) -> bool:
+    if got is None or want is None:
+        return got is want
+    return all(
+        (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b, rel=1e-12)
+        for a, b in zip(got, want, strict=True)
+    )
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_cascaded_tiers_build_the_buckets_each_tier_would_build_alone(seed: int) -> None:
+    rng = random.Random(seed)
+    specs = [TierSpec(10.0, 50), TierSpec(60.0, 20), TierSpec(600.0, 5)]
+    cascaded, alone = cascade(specs), [Tier(spec) for spec in specs]
+    t = 1_700_000_003.0
+    for _ in range(3000):
+        # steady ticks, gaps of minutes, a clock stepped back now and then; odd values
+        t += rng.choice([0.5, 2.0, 2.0, 7.0, 45.0, 400.0, -30.0])
+        value = rng.choice([rng.uniform(-5, 5), rng.uniform(0, 1e9), math.nan, math.inf])
+        cascaded[0].add(t, value)
+        for tier in alone:
+            tier.add(t, value)
+        for got, want in zip(cascaded, alone, strict=True):
+            assert got.closed == want.closed
+            assert _same_bucket(got.open_bucket(), want.open_bucket())
+    for got, want in zip(cascaded, alone, strict=True):
+        rows = got.rows.last_rows(len(got.rows))
+        assert len(rows) == len(want.rows) > 0
+        assert all(map(_same_bucket, rows, want.rows.last_rows(len(want.rows))))
+    cascaded[-1].flush()
+    for tier in alone:
+        tier.flush()
+    assert [tier.closed for tier in cascaded] == [tier.closed for tier in alone]
+
+
+def test_a_tier_is_built_only_on_one_whose_width_divides_its_own() -> None:
+    assert [tier.width for tier in cascade(DEFAULT_TIERS)] == [10.0, 60.0, 600.0]
+    with pytest.raises(ValueError, match="whole multiple"):
+        cascade([TierSpec(10.0, 10), TierSpec(25.0, 10)])
 
 
 def test_history_tracks_first_peak_and_count_for_the_whole_run() -> None:

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.live import Live
 
 from driftwatch.series import Sample, SeriesKey
-from driftwatch.snapshot import Snapshot
+from driftwatch.snapshot import Snapshot, SourceStatus
 from driftwatch.store import Store
 from driftwatch.view import LiveView, PlainView, render_summary, signal_rows
 from tests.conftest import run_cli
@@ -112,3 +112,16 @@ def test_the_view_says_no_retracing_rather_than_zero_traces() -> None:
     assert dict(signal_rows(Snapshot("train", INFO, START, 1, values)))["tf.function"] == (
         "3 retraces"
     )
+
+
+def test_the_view_says_no_event_files_were_found_while_their_source_looks() -> None:
+    values: dict[SeriesKey, float] = {("rss_bytes", ()): 100 * MIB}
+    looking = (SourceStatus("eventfiles", True),)
+    rows = dict(signal_rows(Snapshot("train", INFO, START, 1, values, looking)))
+    assert rows["event files"] == "none found"
+    down = (SourceStatus("eventfiles", False, "tensorboard is not installed"),)
+    assert "event files" not in dict(signal_rows(Snapshot("train", INFO, START, 1, values, down)))
+    values |= {("event_files", ()): 2.0, ("event_file_bytes", ()): 3 * MIB}
+    values[("event_file_largest_bytes", ())] = 2 * MIB
+    rows = dict(signal_rows(Snapshot("train", INFO, START, 1, values, looking)))
+    assert rows["event files"].startswith("2 files, 3.0 MiB")

@@ -8,7 +8,8 @@ Each tick the daemon
 
 Between ticks, each monitor is sampled at its own ``Cadence``: every 0.5 s while its target
 is young or a signal moves fast, every ``interval`` otherwise. Its detectors judge it every
-``interval``, and at every sample while a signal moves fast.
+``interval`` while it is young, every 10 s (or ``interval``, if longer) once it has settled,
+and at every sample while a signal moves fast.
 
 With a ``History``, each run is recorded into it, and ends there with why it was dropped
 (or that the daemon stopped); a restarted daemon resumes the runs of the processes that
@@ -143,6 +144,7 @@ class Daemon:
                 continue
             monitor = watched.monitor
             step = watched.cadence.interval(monitor.snapshot.t, monitor.moving)
+            monitor.evaluate_every = watched.cadence.evaluate_every(monitor.snapshot.t)
             scheduled = watched.due + step  # on schedule, unless it fell behind
             watched.due = self._on_grid(scheduled if scheduled > now else now + step, step, now)
         self.snapshots = tuple(w.monitor.snapshot for w in self._watched.values())

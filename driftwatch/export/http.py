@@ -1,9 +1,11 @@
-"""The metrics listener: ``/metrics`` plus a small landing page, on a threaded WSGI server.
+"""The metrics listener: ``/metrics`` plus a small landing page, on a WSGI server.
 
-With TLS (as ``prometheus_client.start_http_server`` offers it: a certificate and key, and
-optionally a client CA that every scraper's certificate must chain to), the handshake runs in
-each connection's own thread, under a timeout, so a client that connects and never speaks
-cannot hold up other scrapes.
+One thread accepts connections; a few long-lived handler threads answer them (as waitress
+does: no thread is started per scrape). Every connection has a timeout, so clients that
+connect and never speak hold a handler for ``CONNECTION_TIMEOUT_SECONDS`` at most. With TLS
+(as ``prometheus_client.start_http_server`` offers it: a certificate and key, and optionally a
+client CA that every scraper's certificate must chain to), the handshake runs in the handler,
+under the same timeout.
 """
 
 from __future__ import annotations
@@ -11,14 +13,16 @@ from __future__ import annotations
 import errno
 import html
 import ipaddress
+import logging
+import queue
 import selectors
 import socket
 import ssl
+import sys
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
@@ -29,7 +33,12 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 19461
 """The port of ``/metrics`` unless told: on no exporter's list, outside the ephemeral range."""
 
-HANDSHAKE_TIMEOUT_SECONDS = 10.0
+HANDLER_THREADS = 4
+"""Connections answered at once; more wait their turn (a scrape takes milliseconds)."""
+CONNECTION_TIMEOUT_SECONDS = 10.0
+"""Seconds a connection may stay silent (its TLS handshake included) before it is dropped."""
+
+log = logging.getLogger(__name__)
 
 WsgiApp = Callable[..., Iterable[bytes]]
 
@@ -93,17 +102,55 @@ def _reason(err: OSError) -> str:
     return err.strerror or str(err)
 
 
-class _Server(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
+class _Server(WSGIServer):
     allow_reuse_address = True
     tls: ssl.SSLContext | None = None
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._connections: queue.SimpleQueue[tuple[Any, Any] | None] = queue.SimpleQueue()
+        self._handlers: list[threading.Thread] = []
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Queue the connection for the handler threads (started with the first)."""
+        if not self._handlers:
+            self._handlers = [
+                threading.Thread(target=self._handle, name="driftwatch-http", daemon=True)
+                for _ in range(HANDLER_THREADS)
+            ]
+            for handler in self._handlers:
+                handler.start()
+        self._connections.put((request, client_address))
+
+    def _handle(self) -> None:
+        """One handler thread: answer queued connections until ``server_close``."""
+        while (connection := self._connections.get()) is not None:
+            request, client_address = connection
+            try:
+                self.finish_request(request, client_address)
+            except Exception:  # noqa: BLE001 - one connection must not end its handler
+                self.handle_error(request, client_address)
+            finally:
+                self.shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went silent or away is no error of ours: debug, not a traceback."""
+        if isinstance(sys.exc_info()[1], OSError):
+            log.debug("connection from %s ended early", client_address, exc_info=True)
+        else:
+            log.exception("answering %s failed", client_address)
+
+    def server_close(self) -> None:
+        super().server_close()
+        for _ in self._handlers:
+            self._connections.put(None)
+
     def finish_request(self, request: Any, client_address: Any) -> None:
-        """In the connection's thread: the TLS handshake first, when serving HTTPS."""
+        """In a handler thread: the TLS handshake first, when serving HTTPS."""
+        request.settimeout(CONNECTION_TIMEOUT_SECONDS)
         if self.tls is None:
             super().finish_request(request, client_address)
             return
-        request.settimeout(HANDSHAKE_TIMEOUT_SECONDS)  # also bounds a stalled request
         try:
             secure = self.tls.wrap_socket(request, server_side=True)
         except OSError:  # not TLS, or no or a wrong client certificate

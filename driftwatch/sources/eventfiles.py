@@ -192,8 +192,9 @@ class Tail:
 class EventFileSource:
     """Watches the TensorBoard event files of one run.
 
-    Per tick: ``event_files``, ``event_file_bytes``, ``event_file_largest_bytes``; once a file
-    is known, ``nonfinite_total`` and ``event_file_unread_bytes``; once a step is known,
+    Per tick, from the run's first event file on (its files may all be deleted later):
+    ``event_files``, ``event_file_bytes``, ``event_file_largest_bytes``, ``nonfinite_total``
+    and ``event_file_unread_bytes``; once a step is known,
     ``train_step`` and ``step_timestamp`` (all stamped ``now``); and one ``step_seconds`` per
     step advance, stamped with the wall time the new step was logged at; ``track_steps()``
     false (the hook measures steps exactly) leaves the step series out. Reading is limited
@@ -240,6 +241,8 @@ class EventFileSource:
     def _sample(self, now: float, deadline: float) -> list[Sample]:
         tb = _tensorboard()
         self._discover(tb, now)
+        if not self._any_file:  # a run that writes none has no event-file series
+            return []
         sizes = self._sizes()
         samples = [
             Sample("event_files", float(len(sizes)), now),
@@ -247,9 +250,8 @@ class EventFileSource:
             Sample("event_file_largest_bytes", float(max(sizes, default=0)), now),
         ]
         samples += self._read(deadline)
-        if self._any_file:
-            samples += self._progress.nonfinite_samples(now)
-            samples.append(Sample("event_file_unread_bytes", float(self._unread()), now))
+        samples += self._progress.nonfinite_samples(now)
+        samples.append(Sample("event_file_unread_bytes", float(self._unread()), now))
         if self._progress.top is not None and self._track_steps():
             step, wall_time = self._progress.top
             samples.append(Sample("train_step", float(step), now))
