@@ -363,6 +363,27 @@ def test_hooked_processes_are_named_by_their_channel(
     daemon.close()
 
 
+def test_a_new_channel_is_found_at_the_next_tick_and_a_new_directory_within_a_scan(
+    tmp_path: Path, sleepers: Sleepers, hook_channel: HookChannels
+) -> None:
+    first, second = sorted(sleepers[0], key=lambda child: child.pid)
+    known, later = tmp_path / "known", tmp_path / "later"
+    ensure_private_dir(known)
+    daemon = Daemon(
+        lambda: load_config(None, [], 0.1),
+        directories=lambda config: [d for d in (known, later) if d.is_dir()],
+    )
+    daemon.tick()
+    hook_channel(known, first.pid, "in-known")
+    hook_channel(later, second.pid, "in-later")  # a user's first hooked job: a new directory
+    daemon.tick()
+    assert daemon.runs == {"in-known": first.pid}
+    for _ in range(SCAN_EVERY_TICKS - 1):
+        daemon.tick()
+    assert daemon.runs == {"in-known": first.pid, "in-later": second.pid}
+    daemon.close()
+
+
 def test_a_channel_without_metadata_waits_one_tick_for_it(
     tmp_path: Path, sleeper: subprocess.Popen[bytes], hook_channel: HookChannels
 ) -> None:

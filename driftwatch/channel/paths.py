@@ -74,11 +74,11 @@ def runtime_dir(environ: Mapping[str, str] | None = None, uid: int | None = None
     return Path(f"/tmp/driftwatch-{uid}")
 
 
-def channel_dirs(extra: Sequence[Path], environ: dict[str, str] | None = None) -> list[Path]:
+def channel_dirs(extra: Sequence[Path], environ: Mapping[str, str] | None = None) -> list[Path]:
     """Where hooked processes keep their channels: ``extra``, ``$DRIFTWATCH_RUNTIME_DIR``,
     every user's directory in ``$DRIFTWATCH_SHARED_DIR``, and every user's default runtime
     directories (``/tmp/driftwatch-UID``, ``/run/user/UID/driftwatch``)."""
-    environ = dict(os.environ) if environ is None else environ
+    environ = os.environ if environ is None else environ
     found = [*extra]
     if environ.get(RUNTIME_DIR_ENV):
         found.append(Path(environ[RUNTIME_DIR_ENV]))

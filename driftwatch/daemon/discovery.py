@@ -41,7 +41,8 @@ from driftwatch.target import CLOCK_TICKS, Target, read_proc_file
 log = logging.getLogger(__name__)
 
 SCAN_EVERY_TICKS = 5
-"""Ticks between reads of the process table (for jobs only a pattern finds)."""
+"""Ticks between reads of the process table (for jobs only a pattern finds), and between
+searches for channel directories (a user's first; those known are listed every tick)."""
 REREAD_COMMANDS_EVERY_SCANS = 6
 """Scans of the process table between reads of every process's command line (in between,
 only new processes' are read)."""
@@ -175,7 +176,8 @@ class Discovery:
     - ``_writers``: the process behind each channel file looked at, so it is found once;
     - ``_passed``: the channel files passed over, with their ``Verdict``;
     - ``_unsafe_dirs``: channel directories skipped as unsafe, logged once while they stay so;
-    - ``_ticks``: discoveries since the process table was last due to be scanned.
+    - ``_ticks``: discoveries since the process table was last due to be scanned;
+    - ``_channel_dirs``: the channel directories found at that time.
 
     ``directories`` says where to look for channels, ``scan`` lists the process table;
     ``sweep_after``: seconds before the channel of an exited process is removed.
@@ -197,6 +199,7 @@ class Discovery:
         self._passed: dict[Path, _Passed] = {}
         self._unsafe_dirs: set[Path] = set()
         self._ticks = 0
+        self._channel_dirs: list[Path] = []
 
     def discover(self, config: Config, watched: Mapping[Key, Watching]) -> Iterator[Found]:
         """The processes to watch that are new since the last discovery.
@@ -205,11 +208,14 @@ class Discovery:
         starts watching when it is found is not found again.
         """
         self.sweep_due()
-        yield from self._discover_channels(config, watched)  # first: a hook names its run
-        if self._ticks % SCAN_EVERY_TICKS == 0:
+        due = self._ticks % SCAN_EVERY_TICKS == 0
+        self._ticks += 1
+        if due:  # globbing every user's runtime directories costs more than listing them
+            self._channel_dirs = self._directories(config)
+        yield from self._discover_channels(watched)  # first: a hook names its run
+        if due:
             self._forget_exited()
             yield from self._scan_processes(config, {pid for pid, _ in watched})
-        self._ticks += 1
 
     def refuse(self, key: Key, reason: str | None = None) -> None:
         """Do not watch the process ``key`` (until a reload); log ``reason``, if any."""
@@ -252,11 +258,9 @@ class Discovery:
 
     # -- by channel -----------------------------------------------------------------------
 
-    def _discover_channels(
-        self, config: Config, watched: Mapping[Key, Watching]
-    ) -> Iterator[Found]:
+    def _discover_channels(self, watched: Mapping[Key, Watching]) -> Iterator[Found]:
         seen = {w.channel for w in watched.values()} | self._passed.keys()
-        for directory in self._directories(config):
+        for directory in self._channel_dirs:
             # Other users' directories are closed to a daemon without root or
             # CAP_DAC_READ_SEARCH: that is expected, not worth a line.
             if not os.access(directory, os.R_OK | os.X_OK, effective_ids=True):
