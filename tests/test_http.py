@@ -67,6 +67,7 @@ def test_an_idle_server_sleeps_until_a_scrape_and_closes_at_once() -> None:
     running = MetricsServer(metrics_app(list), "127.0.0.1", 0)
     (serving,) = [t for t in threading.enumerate() if t.name == "driftwatch-metrics"]
     get(running.url)  # the loop is running
+    time.sleep(0.2)  # and back in its wait, once done with the connection it answered
     before = wake_ups(serving)
     time.sleep(1.6)  # the library's serve_forever would have woken 3 times
     assert wake_ups(serving) - before == 0
@@ -308,7 +309,7 @@ def test_silent_clients_are_dropped_and_do_not_hold_up_scrapes(
     monkeypatch.setattr(http, "CONNECTION_TIMEOUT_SECONDS", 0.5)
     running = MetricsServer(metrics_app(list), "127.0.0.1", 0)
     try:
-        assert get(running.url)[0] == 200  # the handler threads are started
+        assert get(running.url)[0] == 200
         handlers = threading.active_count()
         silent = [
             socket.create_connection(("127.0.0.1", running.port))
@@ -321,6 +322,6 @@ def test_silent_clients_are_dropped_and_do_not_hold_up_scrapes(
             client.settimeout(5)
             assert client.recv(1) == b""  # dropped by the server
             client.close()
-        assert threading.active_count() == handlers  # no thread per connection
+        assert threading.active_count() <= handlers + http.HANDLER_THREADS  # not one each
     finally:
         running.close()

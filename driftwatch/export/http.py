@@ -1,8 +1,9 @@
 """The metrics listener: ``/metrics`` plus a small landing page, on a WSGI server.
 
-One thread accepts connections; a few long-lived handler threads answer them (as waitress
-does: no thread is started per scrape). Every connection has a timeout, so clients that
-connect and never speak hold a handler for ``CONNECTION_TIMEOUT_SECONDS`` at most. With TLS
+One thread accepts connections and answers at once a plain-HTTP request that has fully
+arrived (a scrape wakes one thread); a few long-lived handler threads answer the others (as
+waitress does: no thread is started per scrape). Every connection has a timeout, so clients
+that connect and never speak hold a handler for ``CONNECTION_TIMEOUT_SECONDS`` at most. With TLS
 (as ``prometheus_client.start_http_server`` offers it: a certificate and key, and optionally a
 client CA that every scraper's certificate must chain to), the handshake runs in the handler,
 under the same timeout.
@@ -38,7 +39,23 @@ HANDLER_THREADS = 4
 CONNECTION_TIMEOUT_SECONDS = 10.0
 """Seconds a connection may stay silent (its TLS handshake included) before it is dropped."""
 
+ANSWER_AT_ONCE_TIMEOUT_SECONDS = 1.0
+"""Seconds the accepting thread may wait to send an answer (tens of kB, which the socket's
+buffers take at once unless the client stops reading)."""
+REQUEST_HEAD_BYTES = 8192
+"""Bytes of a new connection looked at, unread, for the end of its request's head."""
+
 log = logging.getLogger(__name__)
+
+
+def _head_arrived(request: socket.socket) -> bool:
+    """Whether the request's head (up to its blank line) is all here already: reading it
+    cannot wait on the client."""
+    try:
+        head = request.recv(REQUEST_HEAD_BYTES, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except OSError:  # nothing yet (EAGAIN), or the client is gone
+        return False
+    return b"\r\n\r\n" in head or b"\n\n" in head
 
 WsgiApp = Callable[..., Iterable[bytes]]
 
@@ -112,7 +129,14 @@ class _Server(WSGIServer):
         super().__init__(*args, **kwargs)
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        """Queue the connection for the handler threads (started with the first)."""
+        """Answer a plain-HTTP request whose head has already arrived at once, in this
+        thread (a scrape then wakes one thread, not two); queue any other connection for the
+        handler threads (started with the first)."""
+        if self.tls is None and _head_arrived(request):
+            request.settimeout(ANSWER_AT_ONCE_TIMEOUT_SECONDS)
+            self._answer(request, client_address)
+            return
+        request.settimeout(CONNECTION_TIMEOUT_SECONDS)
         if not self._handlers:
             self._handlers = [
                 threading.Thread(target=self._handle, name="driftwatch-http", daemon=True)
@@ -125,13 +149,15 @@ class _Server(WSGIServer):
     def _handle(self) -> None:
         """One handler thread: answer queued connections until ``server_close``."""
         while (connection := self._connections.get()) is not None:
-            request, client_address = connection
-            try:
-                self.finish_request(request, client_address)
-            except Exception:  # noqa: BLE001 - one connection must not end its handler
-                self.handle_error(request, client_address)
-            finally:
-                self.shutdown_request(request)
+            self._answer(*connection)
+
+    def _answer(self, request: Any, client_address: Any) -> None:
+        try:
+            self.finish_request(request, client_address)
+        except Exception:  # noqa: BLE001 - one connection must not end its thread
+            self.handle_error(request, client_address)
+        finally:
+            self.shutdown_request(request)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that went silent or away is no error of ours: debug, not a traceback."""
@@ -146,8 +172,7 @@ class _Server(WSGIServer):
             self._connections.put(None)
 
     def finish_request(self, request: Any, client_address: Any) -> None:
-        """In a handler thread: the TLS handshake first, when serving HTTPS."""
-        request.settimeout(CONNECTION_TIMEOUT_SECONDS)
+        """The TLS handshake first, when serving HTTPS (in a handler thread)."""
         if self.tls is None:
             super().finish_request(request, client_address)
             return
