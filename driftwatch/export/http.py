@@ -57,6 +57,7 @@ def _head_arrived(request: socket.socket) -> bool:
         return False
     return b"\r\n\r\n" in head or b"\n\n" in head
 
+
 WsgiApp = Callable[..., Iterable[bytes]]
 
 
