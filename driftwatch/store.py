@@ -186,10 +186,7 @@ class Tier:
         content = self._content()
         if content is None:
             return None
-        count, total, low, high, last = content
-        if not count:
-            return (self._start, 0.0, math.nan, math.nan, math.nan, last)
-        return (self._start, float(count), total / count, low, high, last)
+        return _bucket(self._start, *content)
 
     def closed_since(self, closed: int) -> list[Bucket]:
         """The buckets closed after the first ``closed``, oldest first, as far as still kept."""
@@ -242,13 +239,11 @@ class Tier:
     def _close(self) -> None:
         """Close the open bucket with what it holds itself, and fold it into the coarser."""
         if self._held:
-            count = self._count
-            mean = self._sum / count if count else math.nan
-            low, high = (self._min, self._max) if count else (math.nan, math.nan)
-            self.rows.append(self._start, float(count), mean, low, high, self._last)
+            own = (self._count, self._sum, self._min, self._max, self._last)
+            self.rows.append(*_bucket(self._start, *own))
             self.closed += 1
             if self._coarser is not None:
-                self._coarser._fold(count, self._sum, self._min, self._max, self._last)
+                self._coarser._fold(*own)
         self._start = math.nan
         self._end = -math.inf
         self._held = False
@@ -256,6 +251,14 @@ class Tier:
         self._sum = 0.0
         self._min = math.inf
         self._max = -math.inf
+
+
+def _bucket(start: float, count: int, total: float, low: float, high: float, last: float) -> Bucket:
+    """The row of a bucket starting at ``start`` that holds ``count`` finite values summing to
+    ``total`` between ``low`` and ``high``, its newest value ``last`` (NaN: no finite one)."""
+    if not count:
+        return (start, 0.0, math.nan, math.nan, math.nan, last)
+    return (start, float(count), total / count, low, high, last)
 
 
 def cascade(specs: Iterable[TierSpec]) -> list[Tier]:

@@ -175,6 +175,7 @@ class Daemon:
             return
         history = self._history
         capturer = None if history is None else capturer_for(history.path, target.info, sources)
+        cadence = Cadence(self.config.interval, target.info.create_time)
         monitor = Monitor(
             name,
             target.info,
@@ -184,10 +185,9 @@ class Daemon:
             on_finding=lambda finding: self._report(name, finding),
             recorder=None if history is None else history.recorder(name, target.info),
             sinks=() if capturer is None else (capturer,),
-            evaluate_every=self.config.interval,
+            evaluate_every=cadence.evaluate_every(self._clock()),
             annotate=None if capturer is None else capturer.annotate,
         )
-        cadence = Cadence(self.config.interval, target.info.create_time)
         self._watched[key] = _Watched(monitor, command, channel is None, channel, cadence)
         log.info("watching %s (pid %d), found by %s", name, target.pid, found.found_by)
 
@@ -234,8 +234,9 @@ class Daemon:
                 self._drop(key, "no --match pattern finds it any more")
         self._discovery.reset()  # and scan the process table on the next tick
         for watched in self._watched.values():
-            watched.cadence = Cadence(config.interval, watched.monitor.target.create_time)
-            watched.monitor.evaluate_every = config.interval
+            monitor = watched.monitor
+            watched.cadence = Cadence(config.interval, monitor.target.create_time)
+            monitor.evaluate_every = watched.cadence.evaluate_every(monitor.snapshot.t)
         log.info(
             "configuration reloaded: %d patterns, interval %g s", len(config.rules), config.interval
         )
