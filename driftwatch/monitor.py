@@ -45,8 +45,7 @@ EVALUATION_SLACK = FAST_INTERVAL / 2
 """Seconds by which an evaluation may come before ``evaluate_every`` has passed (ticks an
 interval apart are not exactly that apart on the sample clock)."""
 SETTLED_EVALUATE_SECONDS = 10.0
-"""Seconds between a settled target's evaluations, at least, where the caller spaces them
-(the daemon's ``Cadence.evaluate_every``); while a signal moves fast, every tick."""
+"""Seconds between a settled target's evaluations, at least (``Cadence.evaluate_every``)."""
 FAST_HOLD_SECONDS = 60.0
 """Sampling stays fast this many seconds after a signal last moved fast."""
 FAST_EVENT_FILE_RATE = (1 << 30) / 3600
@@ -94,8 +93,9 @@ class Monitor:
     ) -> None:
         """``sinks`` receive each snapshot, then the last one with why monitoring ended;
         ``recorder`` (the history's) goes first, before them. ``evaluate_every``: seconds
-        (sample time) between evaluations of the detectors at most, unless a signal moves
-        fast (then every tick); ticks in between publish the last evaluation's findings.
+        (sample time) between evaluations of the detectors, at most (the ``Cadence``'s, set
+        by the caller before each tick); ticks in between publish the last evaluation's
+        findings.
         ``annotate`` sees each tick's findings first and may add evidence to them (the
         captures'; ``driftwatch.capture``)."""
         self.run = run
@@ -150,7 +150,7 @@ class Monitor:
                 self._conclude(gone_from=source)
                 raise
         due = self._evaluated_at + self.evaluate_every - EVALUATION_SLACK
-        if now >= due or self.moving.fast_at(now):
+        if now >= due:
             self._evaluated_at = now
             findings = self._engine.evaluate(now)
         else:
@@ -277,7 +277,8 @@ def watch(
     on_tick: Callable[[Snapshot], None] = lambda snapshot: None,
 ) -> str | None:
     """Sample ``monitor`` until the target is gone or ``stop`` is set, at the pace its
-    ``Cadence`` sets for the configured ``interval``.
+    ``Cadence`` sets for the configured ``interval``, its detectors judging it as often as
+    that says.
 
     Returns why monitoring ended when the target went away, ``None`` when stopped.
     """
@@ -286,6 +287,7 @@ def watch(
     ended = STOPPED
     try:
         while not stop.is_set():
+            monitor.evaluate_every = cadence.evaluate_every(monitor.snapshot.t, monitor.moving)
             try:
                 on_tick(monitor.tick())
             except TargetGone as gone:
@@ -299,18 +301,27 @@ def watch(
 
 class FastSignals:
     """Notices a signal moving fast: memory that would reach its limit within
-    ``FAST_MEMORY_HORIZON`` at its rate since the previous sample, or event files growing
-    ``FAST_EVENT_FILE_RATE`` or more. Only the newest two readings of a few series are kept."""
+    ``FAST_MEMORY_HORIZON`` at its rate since the previous sample (urgent: an OOM kill ends
+    the run), or event files growing ``FAST_EVENT_FILE_RATE`` or more (a disk fills in hours).
+    Only the newest two readings of a few series are kept."""
 
     def __init__(self) -> None:
         self.last_fast = -math.inf
         """Sample time at which a signal last moved fast."""
+        self.last_urgent = -math.inf
+        """Sample time at which memory last headed for its limit."""
         self._previous: dict[SeriesKey, tuple[float, float]] = {}
         self._limits: dict[SeriesKey, float] = {}
 
     def fast_at(self, now: float) -> bool:
-        """Whether a signal moved fast within ``FAST_HOLD_SECONDS`` before ``now``."""
+        """Whether a signal moved fast within ``FAST_HOLD_SECONDS`` before ``now``: sample
+        fast."""
         return now < self.last_fast + FAST_HOLD_SECONDS
+
+    def urgent_at(self, now: float) -> bool:
+        """Whether memory headed for its limit within ``FAST_HOLD_SECONDS`` before ``now``:
+        judge it as often as a young target."""
+        return now < self.last_urgent + FAST_HOLD_SECONDS
 
     def observe(self, samples: Sequence[Sample]) -> None:
         limits = FAST_MEMORY_LIMITS.values()
@@ -331,15 +342,16 @@ class FastSignals:
         if not rate > 0:
             return
         if sample.series == FAST_FILE_SERIES:
-            fast = rate >= FAST_EVENT_FILE_RATE
-        else:
-            limit_series = FAST_MEMORY_LIMITS[sample.series]
-            limit = self._limits.get(
-                (limit_series, sample.labels), self._limits.get((limit_series, ()), math.nan)
-            )
-            fast = (limit - sample.value) / rate < FAST_MEMORY_HORIZON
-        if fast:
+            if rate >= FAST_EVENT_FILE_RATE:
+                self.last_fast = max(self.last_fast, sample.t)
+            return
+        limit_series = FAST_MEMORY_LIMITS[sample.series]
+        limit = self._limits.get(
+            (limit_series, sample.labels), self._limits.get((limit_series, ()), math.nan)
+        )
+        if (limit - sample.value) / rate < FAST_MEMORY_HORIZON:
             self.last_fast = max(self.last_fast, sample.t)
+            self.last_urgent = max(self.last_urgent, sample.t)
 
 
 class Cadence:
@@ -357,12 +369,12 @@ class Cadence:
             return min(FAST_INTERVAL, self.configured)
         return self.configured
 
-    def evaluate_every(self, now: float) -> float:
+    def evaluate_every(self, now: float, moving: FastSignals) -> float:
         """Seconds between evaluations of the detectors: the configured interval while the
-        target is young, ``SETTLED_EVALUATE_SECONDS`` (or the interval, if longer) once it
-        has settled. The drift a settled run is watched for takes minutes to hours; a tick
-        that sees a signal move fast is evaluated anyway (``Monitor.tick``)."""
-        if now < self._young_until:
+        target is young or its memory heads for its limit, ``SETTLED_EVALUATE_SECONDS`` (or
+        the interval, if longer) otherwise: the drift a settled run is watched for takes
+        minutes to hours."""
+        if now < self._young_until or moving.urgent_at(now):
             return self.configured
         return max(self.configured, SETTLED_EVALUATE_SECONDS)
 

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 
 import pytest
 
@@ -313,10 +314,11 @@ def test_sampling_is_fast_while_a_target_is_young_then_at_the_interval() -> None
 
 
 def test_a_settled_targets_detectors_judge_it_every_ten_seconds_or_the_interval() -> None:
-    cadence = Cadence(2.0, started=1000.0)
-    assert cadence.evaluate_every(1000.0 + YOUNG_SECONDS - 1) == 2.0
-    assert cadence.evaluate_every(1000.0 + YOUNG_SECONDS + 1) == SETTLED_EVALUATE_SECONDS == 10
-    assert Cadence(30.0, started=1000.0).evaluate_every(1000.0 + YOUNG_SECONDS + 1) == 30.0
+    cadence, quiet = Cadence(2.0, started=1000.0), FastSignals()
+    assert cadence.evaluate_every(1000.0 + YOUNG_SECONDS - 1, quiet) == 2.0
+    settled = 1000.0 + YOUNG_SECONDS + 1
+    assert cadence.evaluate_every(settled, quiet) == SETTLED_EVALUATE_SECONDS == 10
+    assert Cadence(30.0, started=1000.0).evaluate_every(settled, quiet) == 30.0
 
 
 def test_sampling_is_fast_for_a_while_after_memory_heads_for_its_limit() -> None:
@@ -329,7 +331,9 @@ def test_sampling_is_fast_for_a_while_after_memory_heads_for_its_limit() -> None
     assert cadence.interval(now + 2, signals) == 2.0
     signals.observe([Sample("rss_bytes", gib + 1e6 + 20e6, now + 4)])  # 10 MB/s: 25 min
     assert cadence.interval(now + 4, signals) == FAST_INTERVAL
+    assert signals.urgent_at(now + 4)  # and judged at every sample
     assert cadence.interval(now + 4 + FAST_HOLD_SECONDS + 1, signals) == 2.0
+    assert not signals.urgent_at(now + 4 + FAST_HOLD_SECONDS + 1)
 
 
 def test_sampling_is_fast_while_event_files_grow_a_gibibyte_an_hour() -> None:
@@ -339,6 +343,7 @@ def test_sampling_is_fast_while_event_files_grow_a_gibibyte_an_hour() -> None:
     assert signals.last_fast == -math.inf
     signals.observe([Sample("event_file_bytes", 2.0 * FAST_EVENT_FILE_RATE, 2.0)])
     assert signals.last_fast == 2.0
+    assert not signals.urgent_at(2.0)  # a disk fills in hours: judged at the usual pace
 
 
 class MemorySource:
@@ -370,24 +375,47 @@ class CountingDetector(ScriptedDetector):
         return Evaluation(1.0, (finding,))
 
 
-def test_detectors_judge_fast_samples_every_interval_unless_memory_moves_fast() -> None:
+def test_detectors_judge_every_so_often_and_the_ticks_between_publish_their_last_verdict() -> None:
     times = iter(1000.0 + 0.5 * i for i in range(100))  # sampled every 0.5 s (a young target)
-    steady, fast = [1e9] * 8, [1e9 + 100e6 * i for i in range(1, 5)]  # 200 MB/s: 80 s left
     detector = CountingDetector()
     monitor = Monitor(
         "job",
         INFO,
-        [MemorySource(steady + fast)],
+        [MemorySource([1e9] * 8)],
         Engine([detector]),
         clock=lambda: next(times),
         evaluate_every=2.0,
     )
-    messages = [monitor.tick().findings[0].message for _ in steady]
+    messages = [monitor.tick().findings[0].message for _ in range(8)]
     # At the first tick, then 2 s later: the ticks in between publish the last verdict.
     assert messages == ["evaluated 1"] * 4 + ["evaluated 2"] * 4
-    assert [monitor.tick().findings[0].message for _ in fast] == [
-        "evaluated 3",
-        "evaluated 4",
-        "evaluated 5",
-        "evaluated 6",
-    ]
+
+
+def test_a_settled_target_whose_memory_heads_for_its_limit_is_judged_every_interval() -> None:
+    cadence = Cadence(2.0, started=0.0)
+    signals = FastSignals()
+    now = 10_000.0
+    gib = float(1 << 30)
+    signals.observe([Sample("memory_limit_bytes", 16 * gib, now), Sample("rss_bytes", gib, now)])
+    assert cadence.evaluate_every(now, signals) == SETTLED_EVALUATE_SECONDS
+    signals.observe([Sample("rss_bytes", gib + 100e6, now + 0.5)])  # 200 MB/s: 75 s left
+    assert cadence.evaluate_every(now + 0.5, signals) == 2.0
+    assert cadence.evaluate_every(now + 1 + FAST_HOLD_SECONDS, signals) == SETTLED_EVALUATE_SECONDS
+
+
+def test_watch_judges_a_young_target_every_interval_while_sampling_it_faster() -> None:
+    """``attach`` and ``run``: a young target is sampled every 0.5 s, judged every 1 s here."""
+    detector = CountingDetector()
+    info = TargetInfo(1234, time.time(), "python", ("python", "train.py"), "ml", 1000)
+    monitor = Monitor("job", info, [MemorySource([1e9] * 10)], Engine([detector]))
+    stop = threading.Event()
+    ticks: list[Snapshot] = []
+
+    def on_tick(snapshot: Snapshot) -> None:
+        ticks.append(snapshot)
+        if len(ticks) == 6:
+            stop.set()
+
+    watch(monitor, 1.0, stop, on_tick)
+    assert ticks[-1].t - ticks[0].t == pytest.approx(5 * FAST_INTERVAL, abs=0.2)
+    assert detector.evaluations == 3

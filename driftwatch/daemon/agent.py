@@ -144,7 +144,9 @@ class Daemon:
                 continue
             monitor = watched.monitor
             step = watched.cadence.interval(monitor.snapshot.t, monitor.moving)
-            monitor.evaluate_every = watched.cadence.evaluate_every(monitor.snapshot.t)
+            monitor.evaluate_every = watched.cadence.evaluate_every(
+                monitor.snapshot.t, monitor.moving
+            )
             scheduled = watched.due + step  # on schedule, unless it fell behind
             watched.due = self._on_grid(scheduled if scheduled > now else now + step, step, now)
         self.snapshots = tuple(w.monitor.snapshot for w in self._watched.values())
@@ -185,7 +187,6 @@ class Daemon:
             on_finding=lambda finding: self._report(name, finding),
             recorder=None if history is None else history.recorder(name, target.info),
             sinks=() if capturer is None else (capturer,),
-            evaluate_every=cadence.evaluate_every(self._clock()),
             annotate=None if capturer is None else capturer.annotate,
         )
         self._watched[key] = _Watched(monitor, command, channel is None, channel, cadence)
@@ -236,7 +237,9 @@ class Daemon:
         for watched in self._watched.values():
             monitor = watched.monitor
             watched.cadence = Cadence(config.interval, monitor.target.create_time)
-            monitor.evaluate_every = watched.cadence.evaluate_every(monitor.snapshot.t)
+            monitor.evaluate_every = watched.cadence.evaluate_every(
+                monitor.snapshot.t, monitor.moving
+            )
         log.info(
             "configuration reloaded: %d patterns, interval %g s", len(config.rules), config.interval
         )

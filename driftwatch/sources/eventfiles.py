@@ -141,8 +141,8 @@ class Tail:
         self.path = path
         self._tb = tb
         self._dir = os.path.dirname(path)
-        self.records = Records(path, tb.masked_crc32c)
         self._tags = Tags(tb)
+        self.records = Records(path, tb.masked_crc32c, self._tags.never_scalar)
 
     def events(self) -> Iterator[Any]:
         """Events appended since the last call; a record that is no event is skipped."""

@@ -13,7 +13,9 @@ data depends on its length (the rule, and why, in docs/analyze.md, "Reading even
   length, never read. What is handed on is the record re-encoded without those payloads: a
   valid ``Event`` with the same wall time, step, summary tags and metadata, every small
   value whole (a TF1 merged summary's scalars too), and each large tensor's dtype and
-  shape. Its skipped bytes are not checksummed (not reading them is the point); its
+  shape; a large value whose tag the reader already knows holds no scalar (``Records``'
+  ``dropped_tags``: an image logged every step) is left out from its tag on, unwalked.
+  Its skipped bytes are not checksummed (not reading them is the point); its
   structure is checked instead, and a record that does not walk cleanly (a field running
   past its end, an unknown wire type) is read whole and checked as a small one is.
 
@@ -28,7 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Container, Iterator, Mapping
 from dataclasses import dataclass, field
 
 log = logging.getLogger(__name__)
@@ -55,13 +57,14 @@ class Message:
     walked: Mapping[int, Message] = field(default_factory=dict)
     kept: frozenset[int] = frozenset()
     only: bool = False
+    tagged: bool = False  # its first field is a tag: dropped whole if the reader drops the tag
 
 
 # Field numbers of tensorboard/compat/proto: event.proto, summary.proto, tensor.proto.
 _TENSOR = Message(kept=frozenset({1, 2}), only=True)  # dtype, tensor_shape: a scalar's size
 _PLUGIN_DATA = Message(kept=frozenset({1}))  # plugin_name (its content can go)
 _METADATA = Message(walked={1: _PLUGIN_DATA})  # data_class is a varint: always kept
-_VALUE = Message(walked={8: _TENSOR, 9: _METADATA}, kept=frozenset({1}))  # tag kept
+_VALUE = Message(walked={8: _TENSOR, 9: _METADATA}, kept=frozenset({1}), tagged=True)
 _SUMMARY = Message(walked={1: _VALUE})
 _TAGGED_RUN_METADATA = Message(kept=frozenset({1}))  # tag (run_metadata can go)
 EVENT = Message(walked={5: _SUMMARY, 8: _TAGGED_RUN_METADATA})
@@ -130,8 +133,26 @@ def _encode_varint(value: int) -> bytes:
 _FIXED = {1: 8, 5: 4}  # wire types of 64- and 32-bit fields: their lengths
 
 
-def walk(window: _Window, start: int, end: int, message: Message) -> bytes:
-    """The message at file bytes ``[start, end)`` re-encoded as ``message`` says."""
+def _tag(window: _Window, start: int, end: int) -> bytes | None:
+    """The tag (field 1, a string) that the message at file bytes ``[start, end)`` begins
+    with; None if it begins with another field."""
+    i = window.at(start, min(_KEY_READ, end - start))
+    data = window.data
+    if data[i] != 0x0A:  # field 1, length-delimited
+        return None
+    length, j = _varint(data, i + 1, i + min(_KEY_READ, end - start))
+    begin = start + j - i
+    if begin + length > end:
+        raise _Malformed
+    i = window.at(begin, length)
+    return window.data[i : i + length]
+
+
+def walk(
+    window: _Window, start: int, end: int, message: Message, dropped: Container[bytes]
+) -> bytes:
+    """The message at file bytes ``[start, end)`` re-encoded as ``message`` says; a tagged
+    message whose tag is in ``dropped`` is left out whole."""
     out: list[bytes] = []
     kept, walked, only = message.kept, message.walked, message.only
     missing = set(kept) if only else None  # kept fields not seen yet
@@ -169,7 +190,12 @@ def walk(window: _Window, start: int, end: int, message: Message) -> bytes:
             if length > KEEP_FIELD_BYTES:
                 inner = walked.get(number)
                 if inner is not None:
-                    inside = walk(window, pos + header, pos + size, inner)
+                    if inner.tagged and _tag(window, pos + header, pos + size) in dropped:
+                        pos += size
+                        data = window.data
+                        n = len(data)
+                        continue
+                    inside = walk(window, pos + header, pos + size, inner, dropped)
                     out += (_encode_varint(key), _encode_varint(len(inside)), inside)
                     pos += size
                     data = window.data
@@ -206,6 +232,40 @@ def walk(window: _Window, start: int, end: int, message: Message) -> bytes:
     return b"".join(out)
 
 
+_WALL_TIME, _STEP, _SUMMARY, _SUMMARY_VALUE = 0x09, 0x10, 0x2A, 0x0A  # their fields' keys
+
+
+def skim(window: _Window, start: int, end: int, dropped: Container[bytes]) -> bytes | None:
+    """The commonest large record, re-encoded as ``walk`` would and in a few steps: an event
+    of a wall time, a step and a summary whose values all have tags in ``dropped`` (an
+    image or a histogram logged every step). None for any other record."""
+    i = window.at(start, min(_KEY_READ, end - start))
+    data = window.data
+    limit = i + min(_KEY_READ, end - start)
+    j = i + 9 if data[i] == _WALL_TIME else i  # a double after its key
+    if j < limit and data[j] == _STEP:
+        _step, j = _varint(data, j + 1, limit)
+    if j >= limit or data[j] != _SUMMARY:
+        return None
+    head = data[i:j]
+    length, k = _varint(data, j + 1, limit)
+    pos = start + k - i
+    if pos + length != end:
+        return None  # fields after the summary
+    while pos < end:
+        i = window.at(pos, min(_KEY_READ, end - pos))
+        data = window.data
+        if data[i] != _SUMMARY_VALUE:
+            return None
+        length, k = _varint(data, i + 1, i + min(_KEY_READ, end - pos))
+        value, pos = pos + k - i, pos + k - i + length
+        if pos > end or _tag(window, value, pos) not in dropped:
+            return None
+    return head + _EMPTY_SUMMARY
+
+
+_EMPTY_SUMMARY = bytes((_SUMMARY, 0))
+
 MaskedCrc = Callable[[bytes], int]
 """TFRecord's checksum: the masked CRC-32C of some bytes."""
 
@@ -213,8 +273,11 @@ MaskedCrc = Callable[[bytes], int]
 class Records:
     """The TFRecords of one file, read from where the last read stopped (``offset``)."""
 
-    def __init__(self, path: str, masked_crc: MaskedCrc) -> None:
+    def __init__(
+        self, path: str, masked_crc: MaskedCrc, dropped_tags: Container[bytes] = frozenset()
+    ) -> None:
         self.path = path
+        self.dropped_tags = dropped_tags  # a walked record's values of these tags are left out
         self.offset = 0  # just past the last whole record
         self.size = 0  # the file's size when it was last read
         self.behind = False  # the last read was stopped before the file's end
@@ -275,7 +338,11 @@ class Records:
     def _large(self, window: _Window, start: int, length: int) -> bytes | None:
         """The record walked; read whole and checked if it does not walk cleanly."""
         try:
-            return walk(window, start, start + length, EVENT)
+            dropped = self.dropped_tags
+            skimmed = skim(window, start, start + length, dropped) if dropped else None
+            if skimmed is not None:
+                return skimmed
+            return walk(window, start, start + length, EVENT, dropped)
         except _Malformed:
             log.debug("a record of %s does not walk cleanly: read whole", self.path)
         return self._small(window, start, length)

@@ -127,6 +127,8 @@ class Tags:
         # Tags no value can change (their first metadata's plugin decides, and did): whether
         # they are scalars. Most tags, after their first value: these skip the metadata.
         self._settled: dict[str, bool] = {}
+        self.never_scalar: set[bytes] = set()
+        """The settled tags that are no scalars, UTF-8: their values need not be read."""
 
     def scalars(self, values: Iterable[Any]) -> list[tuple[str, float]]:
         """The tag and number of each scalar among ``values`` (``Summary.Value``s)."""
@@ -173,12 +175,15 @@ class Tags:
         scalar = tag in self._scalar
         if settles is not None and scalar == (settles == 1):
             self._settled[tag] = scalar
+            if not scalar:
+                self.never_scalar.add(tag.encode())
         return scalar
 
     def not_scalar(self, tag: str) -> None:
         """A tag that a graph or run-metadata event took: no longer a scalar."""
         self._scalar.discard(tag)
         self._settled.pop(tag, None)
+        self.never_scalar.discard(tag.encode())
 
     def _number(self, tensor: Any) -> float | None:
         """The one number of ``tensor``, as ``make_ndarray`` reads it; None if it holds
