@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import logging
 import math
 import os
+import random
 import struct
 import subprocess
 import sys
@@ -13,7 +15,9 @@ import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
+import google_crc32c
 import pytest
+from google.protobuf.message import DecodeError
 
 from bench.detection.analyze_speed import T0, YEAR, EventLog
 
@@ -30,6 +34,7 @@ from driftwatch.series import SERIES, Sample
 from driftwatch.sources import eventfiles, records
 from driftwatch.sources.eventfiles import EventFileSource, describe
 from driftwatch.sources.replay import replay_logdir
+from driftwatch.sources.scalars import masked
 from driftwatch.target import Target
 from tests.conftest import REPO, TF_ENV, in_pid_namespace, needs_pid_namespaces
 
@@ -610,6 +615,42 @@ def test_large_image_records_are_skipped_by_their_length_their_steps_read(
     assert reader.records.offset == log.path.stat().st_size
 
 
+@pytest.mark.parametrize("tf1", [False, True], ids=["tf2-tensor", "tf1-image"])
+def test_a_large_value_of_a_tag_that_holds_no_scalar_is_left_out_once_that_is_known(
+    log: Log, tf1: bool
+) -> None:
+    """The first image tells its tag holds no scalar; later ones keep their event's wall
+    time and step and lose the value, unwalked."""
+    for step in range(1, 4):
+        log.image(step, 100.0 + step, "samples", 500_000, tf1=tf1)
+        log.scalar(step, 100.5 + step, loss=float(step))
+    log.close()
+    reader = eventfiles.tail(str(log.path))
+    read = list(reader.read())[1:]  # after the file version
+    assert [(t, [(s.step, s.value) for s in found]) for t, found in read] == [
+        (101.0, []),
+        (101.5, [(1, 1.0)]),
+        (102.0, []),
+        (102.5, [(2, 2.0)]),
+        (103.0, []),
+        (103.5, [(3, 3.0)]),
+    ]
+    assert reader._tags.never_scalar == {b"samples"}
+    crc = masked(google_crc32c.value)
+    walked = records.Records(str(log.path), crc)
+    told = records.Records(str(log.path), crc, dropped_tags={b"samples"})
+    images = [event_pb2.Event.FromString(r) for r in walked][1::2]
+    left_out = [event_pb2.Event.FromString(r) for r in told][1::2]
+    assert [len(e.summary.value) for e in images] == [1, 1, 1]
+    assert [
+        (e.step, e.wall_time, e.WhichOneof("what"), len(e.summary.value)) for e in left_out
+    ] == [
+        (1, 101.0, "summary", 0),
+        (2, 102.0, "summary", 0),
+        (3, 103.0, "summary", 0),
+    ]
+
+
 def test_a_large_merged_summary_keeps_its_scalars(tmp_path: Path, log: Log) -> None:
     """TF1's ``merge_all``: scalars, an image and a histogram in one event."""
     for step in range(1, 4):
@@ -697,11 +738,12 @@ def tensorboards_scalars(path: Path) -> Scalars:
 
 
 def driftwatchs_scalars(path: Path) -> Scalars:
+    """What the event-file source and ``analyze`` read (most records never parsed)."""
     reader = eventfiles.tail(str(path))
     return [
         (s.wall_time, s.step, repr(s.value), s.key[1])
-        for event in reader.events()
-        for s in reader.scalars_of(event)
+        for _wall_time, scalars in reader.read()
+        for s in scalars
     ]
 
 
@@ -720,6 +762,90 @@ def driftwatchs_events(path: Path) -> list[tuple[float, int, str | None]]:
 
 def test_scalars_are_those_tensorboards_reader_finds(tmp_path: Path, log: Log) -> None:
     """Every form a scalar (or a look-alike) takes, small and large: the same scalars."""
+    log_every_scalar_form(log)
+    found = driftwatchs_scalars(log.path)
+    assert found == tensorboards_scalars(log.path)
+    assert {tag for *_, tag in found} == {
+        *("loss", "accuracy", "epoch_loss", "tf1", "int", "half", "shifty")
+    }
+    assert driftwatchs_events(log.path) == tensorboards_events(log.path)
+
+
+def test_a_record_read_without_parsing_reads_as_parsed_even_when_mangled(log: Log) -> None:
+    """``Tags.quick`` on each record of every scalar form, then on 300 mangled copies of
+    each (a byte changed, or cut short): no answer, or the parsed record's (where parsing
+    refuses one, over a part ``quick`` skips unread, its answer is not checked)."""
+    log_every_scalar_form(log)
+    reader = eventfiles.tail(str(log.path))
+    list(reader.read())  # every tag seen: settled where it can be
+    tags = reader._tags
+
+    def parsed(record: bytes) -> tuple[float, int, list[tuple[str, float]]] | None:
+        try:
+            event = event_pb2.Event.FromString(record)
+        except DecodeError:
+            return None
+        if event.WhichOneof("what") != "summary":
+            return None
+        return event.wall_time, event.step, copy.deepcopy(tags).scalars(event.summary.value)
+
+    records_ = list(eventfiles.tail(str(log.path)).records)
+    quick = [tags.quick(record) for record in records_]
+    # Settled tags only ("loss" is also a run-metadata tag here: never settled), one number.
+    answered = [[tag for tag, _ in q[2]] for q in quick if q is not None]
+    assert answered == 3 * [["epoch_loss"], [], []]  # and two images, left out
+    for record in [*records_, *merged_forms(records_[2])]:
+        answer = tags.quick(record)
+        assert answer is None or same(answer, parsed(record)), record.hex()
+    rng = random.Random(15)
+    checked = 0
+    for record in records_:
+        for _ in range(300):
+            mangled = bytearray(record)
+            if rng.random() < 0.8:
+                mangled[rng.randrange(len(mangled))] = rng.randrange(256)
+            else:
+                del mangled[rng.randrange(len(mangled)) :]
+            answer = tags.quick(bytes(mangled))
+            expected = parsed(bytes(mangled))
+            if answer is not None and expected is not None:
+                checked += 1
+                assert same(answer, expected), (record.hex(), mangled.hex())
+    assert checked > 500
+
+
+def merged_forms(record: bytes) -> list[bytes]:
+    """Forms protobuf reads as the merge of their parts (a later field wins, repeated ones
+    add up), built on an event of one value of a scalar tag."""
+    event = event_pb2.Event.FromString(record)
+    (value,) = event.summary.value
+    one, two = (tensor_util.make_tensor_proto(x) for x in (1.0, 2.0))
+    values = [
+        summary_pb2.Summary.Value(tag=value.tag, tensor=one),
+        summary_pb2.Summary.Value(tensor=two),
+        summary_pb2.Summary.Value(simple_value=3.0),
+    ]
+    head = bytes(event_pb2.Event(wall_time=event.wall_time, step=event.step).SerializeToString())
+
+    def with_value(data: bytes) -> bytes:
+        value_field = b"\x0a" + bytes([len(data)]) + data
+        return head + b"\x2a" + bytes([len(value_field)]) + value_field
+
+    first, tensor, simple = (bytes(v.SerializeToString()) for v in values)
+    return [
+        record + record,  # two events: one, its values twice
+        with_value(first + tensor),  # the tensors merge: two numbers
+        with_value(first + simple),  # the later of the value's oneof wins
+        with_value(values[0].SerializeToString().replace(b"\x42", b"\x15\0\0\0\0\x42")),
+    ]
+
+
+def same(a: object, b: object) -> bool:
+    """Equal, NaN equal to NaN."""
+    return repr(a) == repr(b)
+
+
+def log_every_scalar_form(log: Log) -> None:
     tensor = tensor_util.make_tensor_proto
     for step in range(1, 4):
         t = 100.0 * step
@@ -741,12 +867,6 @@ def test_scalars_are_those_tensorboards_reader_finds(tmp_path: Path, log: Log) -
         run = event_pb2.TaggedRunMetadata(tag="loss", run_metadata=b"r" * (50 * step))
         log.event(event_pb2.Event(wall_time=t + 7, step=step, tagged_run_metadata=run))
     log.close()
-    found = driftwatchs_scalars(log.path)
-    assert found == tensorboards_scalars(log.path)
-    assert {tag for *_, tag in found} == {
-        *("loss", "accuracy", "epoch_loss", "tf1", "int", "half", "shifty")
-    }
-    assert driftwatchs_events(log.path) == tensorboards_events(log.path)
 
 
 SCALAR_METADATA = scalar_metadata.create_summary_metadata("", "")

@@ -158,13 +158,38 @@ class Tail:
         except OSError as err:  # deleted or unreadable: dropped once its size says so
             log.debug("stopped reading %s: %s", self.path, err)
 
+    def read(self) -> Iterator[tuple[float, list[Scalar]]]:
+        """The wall time and scalars of each event appended since the last call, as
+        ``events`` and ``scalars_of`` give them; most records are read without being parsed
+        (``Tags.quick``)."""
+        quick, parse, decode_error = self._tags.quick, self._tb.parse, self._tb.decode_error
+        directory = self._dir
+        try:
+            for record in self.records:
+                read = quick(record)
+                if read is None:
+                    try:
+                        event = parse(record)
+                    except decode_error as err:
+                        log.debug("skipped a record of %s that is no event: %s", self.path, err)
+                        continue
+                    yield event.wall_time, self.scalars_of(event)
+                    continue
+                wall_time, step, found = read
+                yield (
+                    wall_time,
+                    [Scalar(wall_time, step, number, (directory, tag)) for tag, number in found],
+                )
+        except OSError as err:  # deleted or unreadable: dropped once its size says so
+            log.debug("stopped reading %s: %s", self.path, err)
+
     def scalars(self, deadline: float) -> Iterator[Scalar]:
         """Scalars appended since the last call, until the end of the file or ``deadline``
         (then ``records.behind``). Stopping at the deadline loses nothing: the next record
         is not read."""
         self.records.behind = False
-        for event in self.events():
-            yield from self.scalars_of(event)
+        for _wall_time, scalars in self.read():
+            yield from scalars
             if time.monotonic() >= deadline:
                 self.records.behind = True
                 return

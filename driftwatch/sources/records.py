@@ -46,6 +46,7 @@ _HEADER = struct.Struct("<QI")  # a record's length and the length's masked CRC-
 _CRC = struct.Struct("<I")
 _LENGTH_OF_LENGTH = 8
 _KEY_READ = 20  # a field's key and length: two varints of at most 10 bytes each
+_HEAD_READ = 32  # an event's wall time, step and its summary's key and length, at most
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,20 +233,20 @@ def walk(
     return b"".join(out)
 
 
-_WALL_TIME, _STEP, _SUMMARY, _SUMMARY_VALUE = 0x09, 0x10, 0x2A, 0x0A  # their fields' keys
+_WALL_TIME_KEY, _STEP_KEY, _SUMMARY_KEY, _VALUE_KEY = 0x09, 0x10, 0x2A, 0x0A  # Event, Summary
 
 
 def skim(window: _Window, start: int, end: int, dropped: Container[bytes]) -> bytes | None:
     """The commonest large record, re-encoded as ``walk`` would and in a few steps: an event
     of a wall time, a step and a summary whose values all have tags in ``dropped`` (an
     image or a histogram logged every step). None for any other record."""
-    i = window.at(start, min(_KEY_READ, end - start))
+    i = window.at(start, min(_HEAD_READ, end - start))
     data = window.data
-    limit = i + min(_KEY_READ, end - start)
-    j = i + 9 if data[i] == _WALL_TIME else i  # a double after its key
-    if j < limit and data[j] == _STEP:
+    limit = i + min(_HEAD_READ, end - start)
+    j = i + 9 if data[i] == _WALL_TIME_KEY else i  # a double after its key
+    if j < limit and data[j] == _STEP_KEY:
         _step, j = _varint(data, j + 1, limit)
-    if j >= limit or data[j] != _SUMMARY:
+    if j >= limit or data[j] != _SUMMARY_KEY:
         return None
     head = data[i:j]
     length, k = _varint(data, j + 1, limit)
@@ -255,7 +256,7 @@ def skim(window: _Window, start: int, end: int, dropped: Container[bytes]) -> by
     while pos < end:
         i = window.at(pos, min(_KEY_READ, end - pos))
         data = window.data
-        if data[i] != _SUMMARY_VALUE:
+        if data[i] != _VALUE_KEY:
             return None
         length, k = _varint(data, i + 1, i + min(_KEY_READ, end - pos))
         value, pos = pos + k - i, pos + k - i + length
@@ -264,7 +265,7 @@ def skim(window: _Window, start: int, end: int, dropped: Container[bytes]) -> by
     return head + _EMPTY_SUMMARY
 
 
-_EMPTY_SUMMARY = bytes((_SUMMARY, 0))
+_EMPTY_SUMMARY = bytes((_SUMMARY_KEY, 0))
 
 MaskedCrc = Callable[[bytes], int]
 """TFRecord's checksum: the masked CRC-32C of some bytes."""

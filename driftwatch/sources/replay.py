@@ -36,10 +36,9 @@ class _Replayed(NamedTuple):
 def _replay_file(index: int, path: str) -> Iterator[_Replayed]:
     reader = tail(path)
     records = reader.records
-    scalars_of = reader.scalars_of
-    for event in reader.events():
+    for wall_time, scalars in reader.read():
         # The file's size as of this record: its records' end, skipped ones included.
-        yield _Replayed(event.wall_time, index, records.offset, scalars_of(event))
+        yield _Replayed(wall_time, index, records.offset, scalars)
 
 
 def event_files(logdir: Path) -> list[str]:

@@ -129,6 +129,7 @@ class Tags:
         self._settled: dict[str, bool] = {}
         self.never_scalar: set[bytes] = set()
         """The settled tags that are no scalars, UTF-8: their values need not be read."""
+        self._scalar_tags: dict[bytes, str] = {}  # the settled scalar tags, by their UTF-8
 
     def scalars(self, values: Iterable[Any]) -> list[tuple[str, float]]:
         """The tag and number of each scalar among ``values`` (``Summary.Value``s)."""
@@ -175,7 +176,9 @@ class Tags:
         scalar = tag in self._scalar
         if settles is not None and scalar == (settles == 1):
             self._settled[tag] = scalar
-            if not scalar:
+            if scalar:
+                self._scalar_tags[tag.encode()] = tag
+            else:
                 self.never_scalar.add(tag.encode())
         return scalar
 
@@ -184,6 +187,17 @@ class Tags:
         self._scalar.discard(tag)
         self._settled.pop(tag, None)
         self.never_scalar.discard(tag.encode())
+        self._scalar_tags.pop(tag.encode(), None)
+
+    def quick(self, record: bytes) -> tuple[float, int, list[tuple[str, float]]] | None:
+        """A summary event's wall time, step, and the tag and number of each of its scalars,
+        read from the record's bytes where it has the form writers give it and each of its
+        tags has settled (most records after a tag's first): ``scalars`` without parsing the
+        record. None otherwise: parse it and ask ``scalars``."""
+        try:
+            return _quick_summary(record, self._scalar_tags, self.never_scalar)
+        except (IndexError, struct.error):  # cut short: not the usual form
+            return None
 
     def _number(self, tensor: Any) -> float | None:
         """The one number of ``tensor``, as ``make_ndarray`` reads it; None if it holds
@@ -201,7 +215,118 @@ class Tags:
                 return float(values[0])
         try:
             array = self._tb.make_ndarray(tensor)
-        except (ValueError, TypeError) as err:
+        except (ValueError, TypeError, ArithmeticError) as err:  # a writer's bug
             log.debug("a scalar tensor that cannot be read: %s", err)
             return None
         return float(array.ravel()[0]) if array.size == 1 else None
+
+
+# Keys (field number and wire type) of the fields ``Tags.quick`` reads: event.proto,
+# summary.proto, tensor.proto and tensor_shape.proto.
+_WALL_TIME, _STEP, _SUMMARY = 0x09, 0x10, 0x2A  # Event: double 1, int64 2, Summary 5
+_VALUE, _TAG, _SIMPLE_VALUE = 0x0A, 0x0A, 0x15  # Summary.value 1; Value: tag 1, float 2
+_TENSOR, _METADATA = 0x42, 0x4A  # Value: TensorProto 8, SummaryMetadata 9
+_DTYPE, _SHAPE, _CONTENT = 0x08, 0x12, 0x22  # TensorProto: dtype 1, shape 2, bytes 4
+_PACKED_VALUES = {1: 0x2A, 2: 0x32}  # float_val 5 and double_val 6, packed: by dtype
+_DOUBLE, _FLOAT = struct.Struct("<d"), struct.Struct("<f")
+
+
+def _varint(data: bytes, i: int) -> tuple[int, int]:
+    """The varint at ``data[i:]`` and the index after it (``IndexError`` past the end)."""
+    byte = data[i]
+    if byte < 0x80:
+        return byte, i + 1
+    value, shift = byte & 0x7F, 7
+    while True:
+        i += 1
+        byte = data[i]
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, i + 1
+        shift += 7
+
+
+def _quick_summary(
+    record: bytes, scalar_tags: dict[bytes, str], never_scalar: set[bytes]
+) -> tuple[float, int, list[tuple[str, float]]] | None:
+    """``Tags.quick``: an event of a wall time, a step and a summary (each optional, in that
+    order), each value of which is its tag then a number (a float, or a float or double
+    tensor of no dimensions) or anything of a tag that is no scalar, and maybe metadata."""
+    end = len(record)
+    wall_time, i = (_DOUBLE.unpack_from(record, 1)[0], 9) if record[0] == _WALL_TIME else (0.0, 0)
+    step = 0
+    if record[i] == _STEP:
+        step, i = _varint(record, i + 1)
+        if step >= 1 << 63:
+            step -= 1 << 64  # an int64 below zero
+    if record[i] != _SUMMARY:
+        return None
+    length, i = _varint(record, i + 1)
+    if i + length != end:
+        return None  # fields after the summary, or fewer bytes
+    found = []
+    while i < end:
+        if record[i] != _VALUE:
+            return None
+        length, i = _varint(record, i + 1)
+        value_end = i + length
+        if value_end > end or record[i] != _TAG:
+            return None
+        length, i = _varint(record, i + 1)
+        name = record[i : i + length]
+        i += length
+        if i > value_end:
+            return None
+        tag = scalar_tags.get(name)
+        if tag is None:
+            if name not in never_scalar:
+                return None  # a tag not settled yet: its metadata may decide
+            i = value_end
+            continue
+        if i >= value_end:
+            return None
+        key = record[i]
+        if key == _SIMPLE_VALUE:
+            number, i = _FLOAT.unpack_from(record, i + 1)[0], i + 5
+        elif key == _TENSOR:
+            length, i = _varint(record, i + 1)
+            tensor_end = i + length
+            if tensor_end > value_end:
+                return None
+            number = _tensor_number(record, i, tensor_end)
+            if number is None:
+                return None
+            i = tensor_end
+        else:
+            return None
+        if i < value_end and record[i] == _METADATA:
+            length, i = _varint(record, i + 1)
+            i += length
+        if i != value_end:
+            return None
+        found.append((tag, float(number)))
+    return wall_time, step, found
+
+
+def _tensor_number(record: bytes, i: int, end: int) -> float | None:
+    """The one number of a float or double tensor of no dimensions at ``record[i:end]``, as
+    ``Tags._number`` reads it; None for any other tensor."""
+    if end - i < 4 or record[i] != _DTYPE:
+        return None
+    dtype = record[i + 1]
+    fast = _SCALAR_SHAPE_DTYPES.get(dtype)
+    if fast is None:
+        return None
+    i += 2
+    if i < end and record[i] == _SHAPE:
+        if record[i + 1] != 0:
+            return None  # dimensions (or an unknown rank): make_ndarray decides
+        i += 2
+    if i >= end:
+        return None
+    key, length = record[i], record[i + 1]
+    if key not in (_CONTENT, _PACKED_VALUES[dtype]) or length != fast.size:
+        return None  # other values, or not one number
+    if i + 2 + length != end:
+        return None
+    return float(fast.unpack_from(record, i + 2)[0])
