@@ -18,6 +18,7 @@ import functools
 import heapq
 import logging
 import math
+import operator
 import os
 import sys
 import time
@@ -348,9 +349,11 @@ class EventFileSource:
         the monotonic clock); ``step_seconds`` samples."""
         track_steps = self._track_steps()
         streams = [tail.scalars(deadline) for tail in self._tails.values()]
+        merged = streams[0] if len(streams) == 1 else heapq.merge(*streams, key=_wall_time)
+        feed = self._progress.feed
         samples = []
-        for scalar in heapq.merge(*streams, key=lambda s: s.wall_time):
-            seconds = self._progress.feed(scalar)
+        for scalar in merged:
+            seconds = feed(scalar)
             if seconds is not None and track_steps:
                 samples.append(Sample("step_seconds", seconds, scalar.wall_time))
         return samples
@@ -371,6 +374,9 @@ class EventFileSource:
     def close(self) -> None:
         """Drop the readers; they hold no open descriptors between reads."""
         self._tails.clear()
+
+
+_wall_time = operator.itemgetter(0)  # of a Scalar
 
 
 def tail(path: str) -> Tail:

@@ -39,7 +39,7 @@ SMALL_RECORD_BYTES = 64 * 1024
 """Records up to this length are read whole and checksummed; longer ones are walked (bytes)."""
 KEEP_FIELD_BYTES = 1024
 """In a walked record, a payload field up to this length is kept, a longer one skipped (bytes)."""
-READ_BYTES = 8 * 1024
+READ_BYTES = 1024
 """Bytes read at a time: a window of small records, or a walked record's next fields."""
 
 _HEADER = struct.Struct("<QI")  # a record's length and the length's masked CRC-32C
@@ -47,6 +47,7 @@ _CRC = struct.Struct("<I")
 _LENGTH_OF_LENGTH = 8
 _KEY_READ = 20  # a field's key and length: two varints of at most 10 bytes each
 _HEAD_READ = 32  # an event's wall time, step and its summary's key and length, at most
+_TAG_READ = 256  # a summary value's key and length, and its tag's (a longer tag: walked)
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,7 +234,8 @@ def walk(
     return b"".join(out)
 
 
-_WALL_TIME_KEY, _STEP_KEY, _SUMMARY_KEY, _VALUE_KEY = 0x09, 0x10, 0x2A, 0x0A  # Event, Summary
+_WALL_TIME_KEY, _STEP_KEY, _SUMMARY_KEY = 0x09, 0x10, 0x2A  # of an Event's fields
+_VALUE_KEY, _TAG_KEY = 0x0A, 0x0A  # a Summary's values; a Value's tag
 
 
 def skim(window: _Window, start: int, end: int, dropped: Container[bytes]) -> bytes | None:
@@ -249,18 +251,25 @@ def skim(window: _Window, start: int, end: int, dropped: Container[bytes]) -> by
     if j >= limit or data[j] != _SUMMARY_KEY:
         return None
     head = data[i:j]
-    length, k = _varint(data, j + 1, limit)
-    pos = start + k - i
+    length, j = _varint(data, j + 1, limit)
+    pos = start + j - i
     if pos + length != end:
         return None  # fields after the summary
-    while pos < end:
-        i = window.at(pos, min(_KEY_READ, end - pos))
-        data = window.data
+    while pos < end:  # each value: its key, length and tag, read where the window has them
+        n = min(_TAG_READ, end - pos)
+        i = pos - window.start
+        if i < 0 or i + n > len(data):
+            i = window.at(pos, n)
+            data = window.data
+        limit = i + n
         if data[i] != _VALUE_KEY:
             return None
-        length, k = _varint(data, i + 1, i + min(_KEY_READ, end - pos))
-        value, pos = pos + k - i, pos + k - i + length
-        if pos > end or _tag(window, value, pos) not in dropped:
+        length, j = _varint(data, i + 1, limit)
+        pos += j - i + length  # the value's end
+        if pos > end or j >= limit or data[j] != _TAG_KEY:
+            return None
+        length, j = _varint(data, j + 1, limit)
+        if j + length > limit or data[j : j + length] not in dropped:
             return None
     return head + _EMPTY_SUMMARY
 
@@ -297,8 +306,11 @@ class Records:
             window = _Window(fd)
             crc = self._crc
             while self.offset + _HEADER.size <= size:
-                i = window.at(self.offset, _HEADER.size)
+                i = self.offset - window.start  # inline ``window.at``: the path of every record
                 data = window.data
+                if i < 0 or i + _HEADER.size > len(data):
+                    i = window.at(self.offset, _HEADER.size)
+                    data = window.data
                 length, length_crc = _HEADER.unpack_from(data, i)
                 if crc(data[i : i + _LENGTH_OF_LENGTH]) != length_crc:
                     self._lose_framing()
@@ -309,8 +321,10 @@ class Records:
                     return  # not completely written yet
                 try:
                     if length <= SMALL_RECORD_BYTES:  # inline: the path of every scalar
-                        i = window.at(start, length + _CRC.size)
-                        data = window.data
+                        i += _HEADER.size
+                        if i + length + _CRC.size > len(data):
+                            i = window.at(start, length + _CRC.size)
+                            data = window.data
                         whole = data[i : i + length]
                         (data_crc,) = _CRC.unpack_from(data, i + length)
                         record = whole if crc(whole) == data_crc else None
