@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -213,3 +214,12 @@ def test_a_share_that_hovers_around_half_does_not_flap() -> None:
     third = len(samples) // 3
     assert set(severities[third + 100 : 2 * third]) == {Severity.WARNING}
     assert severities[-1] is Severity.INFO
+
+
+def test_a_period_under_a_second_is_told_in_milliseconds() -> None:
+    """2-ms steps with a 10-ms pause every 12 steps: information, about every 35 ms (not
+    "every 0.0 s")."""
+    durations = paused(step_times(6000, 0.002, seed=3, sigma=0.02), every=12, seconds=0.010)
+    (finding,) = judge(logged(durations, every=1)).findings
+    assert finding.severity is Severity.INFO
+    assert re.match(r"about every 3\d\.\d ms \(12 steps\) training pauses for ", finding.message)

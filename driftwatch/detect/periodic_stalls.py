@@ -202,7 +202,7 @@ class PeriodicStallDetector:
             "last_stall_t": float(times[-1]),
         }
         message = (
-            f"about every {every:.1f} s ({steps:.0f} steps) training pauses for "
+            f"about every {human_seconds(every)} ({steps:.0f} steps) training pauses for "
             f"{human_seconds(stall)} (checkpoint, validation or epoch start): {share:.1%} "
             "of wall time."
         )
