@@ -201,9 +201,9 @@ class PeriodicStallDetector:
             "steps_per_sample": float(self._steps_per_sample),
             "last_stall_t": float(times[-1]),
         }
-        period = f"{every:.1f} s" if every >= 1 else human_seconds(every)  # under 1 s: ms
+        said_every = f"{every:.1f} s" if every >= 1 else human_seconds(every)  # under 1 s: ms
         message = (
-            f"about every {period} ({steps:.0f} steps) training pauses for "
+            f"about every {said_every} ({steps:.0f} steps) training pauses for "
             f"{human_seconds(stall)} (checkpoint, validation or epoch start): {share:.1%} "
             "of wall time."
         )
