@@ -237,18 +237,23 @@ def test_sinks_receive_each_snapshot_then_the_last_with_why_monitoring_ended() -
     assert (history.first, history.peak, history.count) == ((1002.0, 1.0), 2.0, 2)
 
 
-def test_watch_stops_when_asked() -> None:
-    source = ScriptedSource("process", "rss_bytes", [])
-    monitor = Monitor("run", INFO, [source], clock=Clock())
+def watch_ticks(monitor: Monitor, interval: float, count: int) -> tuple[str | None, list[Snapshot]]:
+    """``watch`` stopped after ``count`` ticks: what it returned, and the ticks' snapshots."""
     stop = threading.Event()
     ticks: list[Snapshot] = []
 
     def on_tick(snapshot: Snapshot) -> None:
         ticks.append(snapshot)
-        if len(ticks) == 3:
+        if len(ticks) == count:
             stop.set()
 
-    assert watch(monitor, 0.01, stop, on_tick) is None
+    return watch(monitor, interval, stop, on_tick), ticks
+
+
+def test_watch_stops_when_asked() -> None:
+    source = ScriptedSource("process", "rss_bytes", [])
+    ended, ticks = watch_ticks(Monitor("run", INFO, [source], clock=Clock()), 0.01, 3)
+    assert ended is None
     assert len(ticks) == 3
 
 
@@ -321,19 +326,21 @@ def test_a_settled_targets_detectors_judge_it_every_ten_seconds_or_the_interval(
     assert Cadence(30.0, started=1000.0).evaluate_every(settled, quiet) == 30.0
 
 
-def test_sampling_is_fast_for_a_while_after_memory_heads_for_its_limit() -> None:
-    cadence = Cadence(2.0, started=0.0)
+def test_memory_heading_for_its_limit_makes_sampling_fast_and_judging_frequent_a_while() -> None:
+    cadence = Cadence(2.0, started=0.0)  # settled
     signals = FastSignals()
     now = 10_000.0
     gib = float(1 << 30)
     signals.observe([Sample("memory_limit_bytes", 16 * gib, now), Sample("rss_bytes", gib, now)])
     signals.observe([Sample("rss_bytes", gib + 1e6, now + 2)])  # 0.5 MB/s: 9 h to the limit
     assert cadence.interval(now + 2, signals) == 2.0
+    assert cadence.evaluate_every(now + 2, signals) == SETTLED_EVALUATE_SECONDS
     signals.observe([Sample("rss_bytes", gib + 1e6 + 20e6, now + 4)])  # 10 MB/s: 25 min
     assert cadence.interval(now + 4, signals) == FAST_INTERVAL
-    assert signals.urgent_at(now + 4)  # and judged at every sample
-    assert cadence.interval(now + 4 + FAST_HOLD_SECONDS + 1, signals) == 2.0
-    assert not signals.urgent_at(now + 4 + FAST_HOLD_SECONDS + 1)
+    assert cadence.evaluate_every(now + 4, signals) == 2.0  # the interval
+    later = now + 4 + FAST_HOLD_SECONDS + 1
+    assert cadence.interval(later, signals) == 2.0
+    assert cadence.evaluate_every(later, signals) == SETTLED_EVALUATE_SECONDS
 
 
 def test_sampling_is_fast_while_event_files_grow_a_gibibyte_an_hour() -> None:
@@ -391,31 +398,11 @@ def test_detectors_judge_every_so_often_and_the_ticks_between_publish_their_last
     assert messages == ["evaluated 1"] * 4 + ["evaluated 2"] * 4
 
 
-def test_a_settled_target_whose_memory_heads_for_its_limit_is_judged_every_interval() -> None:
-    cadence = Cadence(2.0, started=0.0)
-    signals = FastSignals()
-    now = 10_000.0
-    gib = float(1 << 30)
-    signals.observe([Sample("memory_limit_bytes", 16 * gib, now), Sample("rss_bytes", gib, now)])
-    assert cadence.evaluate_every(now, signals) == SETTLED_EVALUATE_SECONDS
-    signals.observe([Sample("rss_bytes", gib + 100e6, now + 0.5)])  # 200 MB/s: 75 s left
-    assert cadence.evaluate_every(now + 0.5, signals) == 2.0
-    assert cadence.evaluate_every(now + 1 + FAST_HOLD_SECONDS, signals) == SETTLED_EVALUATE_SECONDS
-
-
 def test_watch_judges_a_young_target_every_interval_while_sampling_it_faster() -> None:
     """``attach`` and ``run``: a young target is sampled every 0.5 s, judged every 1 s here."""
     detector = CountingDetector()
     info = TargetInfo(1234, time.time(), "python", ("python", "train.py"), "ml", 1000)
     monitor = Monitor("job", info, [MemorySource([1e9] * 10)], Engine([detector]))
-    stop = threading.Event()
-    ticks: list[Snapshot] = []
-
-    def on_tick(snapshot: Snapshot) -> None:
-        ticks.append(snapshot)
-        if len(ticks) == 6:
-            stop.set()
-
-    watch(monitor, 1.0, stop, on_tick)
+    _ended, ticks = watch_ticks(monitor, 1.0, 6)
     assert ticks[-1].t - ticks[0].t == pytest.approx(5 * FAST_INTERVAL, abs=0.2)
     assert detector.evaluations == 3
