@@ -145,24 +145,10 @@ class Tail:
         self._tags = Tags(tb)
         self.records = Records(path, tb.masked_crc32c, self._tags.never_scalar)
 
-    def events(self) -> Iterator[Any]:
-        """Events appended since the last call; a record that is no event is skipped."""
-        parse, decode_error = self._tb.parse, self._tb.decode_error
-        try:
-            for record in self.records:
-                try:
-                    event = parse(record)
-                except decode_error as err:
-                    log.debug("skipped a record of %s that is no event: %s", self.path, err)
-                    continue
-                yield event
-        except OSError as err:  # deleted or unreadable: dropped once its size says so
-            log.debug("stopped reading %s: %s", self.path, err)
-
     def read(self) -> Iterator[tuple[float, list[Scalar]]]:
-        """The wall time and scalars of each event appended since the last call, as
-        ``events`` and ``scalars_of`` give them; most records are read without being parsed
-        (``Tags.quick``)."""
+        """The wall time and scalars (``scalars_of``) of each event appended since the last
+        call; most records are read without being parsed (``Tags.quick``), a record that is
+        no event is skipped."""
         quick, parse, decode_error = self._tags.quick, self._tb.parse, self._tb.decode_error
         directory = self._dir
         try:
