@@ -135,12 +135,17 @@ def _encode_varint(value: int) -> bytes:
 _FIXED = {1: 8, 5: 4}  # wire types of 64- and 32-bit fields: their lengths
 
 
+_WALL_TIME_KEY, _STEP_KEY, _SUMMARY_KEY = 0x09, 0x10, 0x2A  # of an Event's fields
+_VALUE_KEY, _TAG_KEY = 0x0A, 0x0A  # a Summary's values; a Value's tag
+_EMPTY_SUMMARY = bytes((_SUMMARY_KEY, 0))
+
+
 def _tag(window: _Window, start: int, end: int) -> bytes | None:
     """The tag (field 1, a string) that the message at file bytes ``[start, end)`` begins
     with; None if it begins with another field."""
     i = window.at(start, min(_KEY_READ, end - start))
     data = window.data
-    if data[i] != 0x0A:  # field 1, length-delimited
+    if data[i] != _TAG_KEY:
         return None
     length, j = _varint(data, i + 1, i + min(_KEY_READ, end - start))
     begin = start + j - i
@@ -234,10 +239,6 @@ def walk(
     return b"".join(out)
 
 
-_WALL_TIME_KEY, _STEP_KEY, _SUMMARY_KEY = 0x09, 0x10, 0x2A  # of an Event's fields
-_VALUE_KEY, _TAG_KEY = 0x0A, 0x0A  # a Summary's values; a Value's tag
-
-
 def skim(window: _Window, start: int, end: int, dropped: Container[bytes]) -> bytes | None:
     """The commonest large record, re-encoded as ``walk`` would and in a few steps: an event
     of a wall time, a step and a summary whose values all have tags in ``dropped`` (an
@@ -273,8 +274,6 @@ def skim(window: _Window, start: int, end: int, dropped: Container[bytes]) -> by
             return None
     return head + _EMPTY_SUMMARY
 
-
-_EMPTY_SUMMARY = bytes((_SUMMARY_KEY, 0))
 
 MaskedCrc = Callable[[bytes], int]
 """TFRecord's checksum: the masked CRC-32C of some bytes."""
