@@ -4,9 +4,10 @@ Files are found among the target's open files (every tick) and under the given l
 (re-walked every ``rescan_seconds``), then tailed incrementally. driftwatch reads the
 TFRecord framing itself, by the records' headers (``records.py``: a large record's images or
 histograms are skipped, never read; corruption is survived there), checks checksums in C
-(google-crc32c) and parses each event with tensorboard's generated protobuf classes.
-Which values are scalars is decided as tensorboard's migration of legacy summaries
-decides it (``scalars.py``), without building the migrated protos. tensorboard is imported
+(google-crc32c) and parses each event with tensorboard's generated protobuf classes, except
+the usual summary event of tags already seen, read from its bytes (``Tags.quick``). Which
+values are scalars is decided as tensorboard's migration of legacy summaries decides it
+(``scalars.py``), without building the migrated protos. tensorboard is imported
 lazily and forced onto its pure-Python TensorFlow stub, so watching a run never imports
 TensorFlow into driftwatch.
 """
