@@ -135,9 +135,9 @@ def _encode_varint(value: int) -> bytes:
 _FIXED = {1: 8, 5: 4}  # wire types of 64- and 32-bit fields: their lengths
 
 
-_WALL_TIME_KEY, _STEP_KEY, _SUMMARY_KEY = 0x09, 0x10, 0x2A  # of an Event's fields
-_VALUE_KEY, _TAG_KEY = 0x0A, 0x0A  # a Summary's values; a Value's tag
-_EMPTY_SUMMARY = bytes((_SUMMARY_KEY, 0))
+WALL_TIME_KEY, STEP_KEY, SUMMARY_KEY = 0x09, 0x10, 0x2A  # keys of an Event's fields
+VALUE_KEY, TAG_KEY = 0x0A, 0x0A  # a Summary's values; a Value's tag
+_EMPTY_SUMMARY = bytes((SUMMARY_KEY, 0))
 
 
 def _tag(window: _Window, start: int, end: int) -> bytes | None:
@@ -145,7 +145,7 @@ def _tag(window: _Window, start: int, end: int) -> bytes | None:
     with; None if it begins with another field."""
     i = window.at(start, min(_KEY_READ, end - start))
     data = window.data
-    if data[i] != _TAG_KEY:
+    if data[i] != TAG_KEY:
         return None
     length, j = _varint(data, i + 1, i + min(_KEY_READ, end - start))
     begin = start + j - i
@@ -246,10 +246,10 @@ def skim(window: _Window, start: int, end: int, dropped: Container[bytes]) -> by
     i = window.at(start, min(_HEAD_READ, end - start))
     data = window.data
     limit = i + min(_HEAD_READ, end - start)
-    j = i + 9 if data[i] == _WALL_TIME_KEY else i  # a double after its key
-    if j < limit and data[j] == _STEP_KEY:
+    j = i + 9 if data[i] == WALL_TIME_KEY else i  # a double after its key
+    if j < limit and data[j] == STEP_KEY:
         _step, j = _varint(data, j + 1, limit)
-    if j >= limit or data[j] != _SUMMARY_KEY:
+    if j >= limit or data[j] != SUMMARY_KEY:
         return None
     head = data[i:j]
     length, j = _varint(data, j + 1, limit)
@@ -263,11 +263,11 @@ def skim(window: _Window, start: int, end: int, dropped: Container[bytes]) -> by
             i = window.at(pos, n)
             data = window.data
         limit = i + n
-        if data[i] != _VALUE_KEY:
+        if data[i] != VALUE_KEY:
             return None
         length, j = _varint(data, i + 1, limit)
         pos += j - i + length  # the value's end
-        if pos > end or j >= limit or data[j] != _TAG_KEY:
+        if pos > end or j >= limit or data[j] != TAG_KEY:
             return None
         length, j = _varint(data, j + 1, limit)
         if j + length > limit or data[j : j + length] not in dropped:

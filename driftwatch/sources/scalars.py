@@ -20,7 +20,14 @@ from typing import Any, NamedTuple
 
 from driftwatch.series import Sample
 from driftwatch.series.training import MAX_NONFINITE_NAMES, nonfinite_role
-from driftwatch.sources.records import MaskedCrc
+from driftwatch.sources.records import (
+    STEP_KEY,
+    SUMMARY_KEY,
+    TAG_KEY,
+    VALUE_KEY,
+    WALL_TIME_KEY,
+    MaskedCrc,
+)
 
 log = logging.getLogger(__name__)
 
@@ -223,8 +230,7 @@ class Tags:
 
 # Keys (field number and wire type) of the fields ``Tags.quick`` reads: event.proto,
 # summary.proto, tensor.proto and tensor_shape.proto.
-_WALL_TIME, _STEP, _SUMMARY = 0x09, 0x10, 0x2A  # Event: double 1, int64 2, Summary 5
-_VALUE, _TAG, _SIMPLE_VALUE = 0x0A, 0x0A, 0x15  # Summary.value 1; Value: tag 1, float 2
+_SIMPLE_VALUE = 0x15  # Value: float 2 (an Event's and a Summary's keys: records.py)
 _TENSOR, _METADATA = 0x42, 0x4A  # Value: TensorProto 8, SummaryMetadata 9
 _DTYPE, _SHAPE, _CONTENT = 0x08, 0x12, 0x22  # TensorProto: dtype 1, shape 2, bytes 4
 _PACKED_VALUES = {1: 0x2A, 2: 0x32}  # float_val 5 and double_val 6, packed: by dtype
@@ -253,24 +259,26 @@ def _quick_summary(
     order), each value of which is its tag then a number (a float, or a float or double
     tensor of no dimensions) or anything of a tag that is no scalar, and maybe metadata."""
     end = len(record)
-    wall_time, i = (_DOUBLE.unpack_from(record, 1)[0], 9) if record[0] == _WALL_TIME else (0.0, 0)
+    wall_time, i = (
+        (_DOUBLE.unpack_from(record, 1)[0], 9) if record[0] == WALL_TIME_KEY else (0.0, 0)
+    )
     step = 0
-    if record[i] == _STEP:
+    if record[i] == STEP_KEY:
         step, i = _varint(record, i + 1)
         if step >= 1 << 63:
             step -= 1 << 64  # an int64 below zero
-    if record[i] != _SUMMARY:
+    if record[i] != SUMMARY_KEY:
         return None
     length, i = _varint(record, i + 1)
     if i + length != end:
         return None  # fields after the summary, or fewer bytes
     found = []
     while i < end:
-        if record[i] != _VALUE:
+        if record[i] != VALUE_KEY:
             return None
         length, i = _varint(record, i + 1)
         value_end = i + length
-        if value_end > end or record[i] != _TAG:
+        if value_end > end or record[i] != TAG_KEY:
             return None
         length, i = _varint(record, i + 1)
         name = record[i : i + length]
