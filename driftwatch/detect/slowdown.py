@@ -114,6 +114,7 @@ class SlowdownDetector:
         self._first_block = True  # the run's first block decides the level of the others
         self._sub_blocks: list[float] = []  # log levels of the sub-blocks of the open block
         self._last_block_t = -math.inf
+        self._last_sub_block_t = -math.inf
         self._warmup_left = warmup_blocks
         self._run_levels: list[tuple[float, float]] = []  # (t, log level), short runs
         self._run_blocks = 0  # blocks closed, all of them
@@ -139,21 +140,38 @@ class SlowdownDetector:
 
     def observe(self, sample: Sample) -> None:
         block = self._blocks.add(sample.value, sample.t)
-        if block is None or not block[0] > 0:
+        if block is not None:
+            self._add_sub_block(*block)
+
+    def _add_sub_block(self, value: float, t: float) -> None:
+        """Merge a sub-block of level ``value`` (seconds) that ended at ``t`` into the open
+        block, closing it when it spans ``MIN_BLOCK_SECONDS``."""
+        if not value > 0:
             return
         if self._first_block:
             self._first_block = False
-            if block[0] < SHORT_STEP_SECONDS:
+            if value < SHORT_STEP_SECONDS:
                 self._blocks = replace(self._blocks, trim=SLOWEST_STEPS_LEFT_OUT)
-        t = block[1]
-        self._sub_blocks.append(math.log(block[0]))
+        merging = self._sub_blocks
+        if merging and t - self._last_sub_block_t >= MIN_BLOCK_SECONDS:
+            # A sub-block that spans a block's time alone is a block of its own: those
+            # merged before it close first, so that the first slow one after a step up is
+            # not lost in the median of the fast ones (docs/detectors.md, "Blocks").
+            self._close_block(statistics.median(merging), self._last_sub_block_t)
+            merging.clear()
+        self._last_sub_block_t = t
+        merging.append(math.log(value))
         # Close at the whole number of sub-blocks nearest to MIN_BLOCK_SECONDS: 100 steps of
         # 10 ms span a second give or take, and must not be merged in pairs half the time.
-        span, merged = t - self._last_block_t, len(self._sub_blocks)
+        span, merged = t - self._last_block_t, len(merging)
         if span + span / (2 * merged) < MIN_BLOCK_SECONDS and merged < MAX_SUB_BLOCKS:
             return
-        level = statistics.median(self._sub_blocks)
-        self._sub_blocks.clear()
+        level = statistics.median(merging)
+        merging.clear()
+        self._close_block(level, t)
+
+    def _close_block(self, level: float, t: float) -> None:
+        """Judge a block of log level ``level`` that ended at ``t``."""
         self._last_block_t = t
         self._run_blocks += 1
         if WHOLE_RUN_SKIP_BLOCKS < self._run_blocks <= WHOLE_RUN_BLOCKS:
@@ -365,7 +383,14 @@ class SlowdownDetector:
         seconds has no baseline, and one whose start was slow (a busy host) has one too high.
         Its last blocks stepping up from those just before them (:func:`whole_run_step`,
         which also replaces a live finding of a smaller ratio), or else all its blocks rising
-        steadily (:func:`whole_run_rise`)."""
+        steadily (:func:`whole_run_rise`). The run's last steps close its last block first,
+        if they are ``min_block`` or more."""
+        last = self._blocks.flush()
+        if last is not None:
+            self._add_sub_block(*last)
+        if self._sub_blocks:
+            self._close_block(statistics.median(self._sub_blocks), self._last_sub_block_t)
+            self._sub_blocks.clear()
         live = self.evaluate(now)
         if self._run_blocks > WHOLE_RUN_BLOCKS or len(self._run_levels) < WHOLE_RUN_MIN_BLOCKS:
             return live

@@ -13,7 +13,7 @@ driftwatch/examples/retrace_python_scalar.py retraces from its first step: it ha
 start to be slower than.)
 
 The run ends after ``--slow-steps`` steps past the warm-up: a slowdown is judged on blocks of
-100 steps (3-4 of them after the change to report it live), and a trace
+100 steps (4 of them after the change to report it live), and a trace
 takes 20 ms on a quiet machine but 300 ms on a busy one, so a time budget would leave too
 few slow steps to judge exactly where the test is busiest.
 
