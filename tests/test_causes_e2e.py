@@ -94,9 +94,10 @@ def test_retracing_that_starts_after_a_warmup_is_named_retracing(tmp_path: Path)
     # 20-300 ms (a trace; the more the busier the machine). A slowdown is judged on blocks
     # of 100 steps: 15 of the fast ones to set a baseline (warm-up included), 4 slow ones
     # to report it live: the job ends after 500 slow steps (15 s on a quiet machine, over
-    # 2 minutes at load 15: 270 ms a trace), 4 or 5 blocks wherever in a block the first
-    # falls, the last closed at the run's end (until session 15, 3 and an unfinished fourth
-    # in 3 of 7 runs here: no slowdown at all; docs/detectors.md, "Blocks").
+    # 2 minutes at load 15: 270 ms a trace), 3 full blocks or more wherever in a block the
+    # first falls, and the run's last steps, which close its last block at its end (until
+    # session 15 they were left out: 3 full blocks and 96 steps in 3 of 7 runs here, no
+    # slowdown at all; docs/detectors.md, "Blocks").
     # First stated while the blocks still mix fast steps and traced ones (1.6x in a CI run,
     # 0.5 -> 0.9 ms), its traces per step then read on the onset's first seconds (0.026 and
     # 0.046 in CI runs: the probe reads the tracing count every 100 steps or 10 s). The

@@ -83,7 +83,7 @@ class SlowdownDetector:
     ``SHORT_STEP_SECONDS``, the mean of its steps without the slowest
     ``SLOWEST_STEPS_LEFT_OUT`` (a busy host's scheduler makes such steps wait between
     time slices, on a few steps only). Blocks of fast steps are merged until one spans
-    ``MIN_BLOCK_SECONDS``; the first
+    ``MIN_BLOCK_SECONDS``, and the run's end closes its last one; the first
     ``warmup_blocks`` are skipped. The baseline is the median of chunk medians (the newest
     ``BASELINE_CHUNKS``): the first chunk follows the start while the sum is not past ``h``;
     later blocks join only once the sum has cleared them (:meth:`_clear_for_baseline`), so
@@ -145,7 +145,8 @@ class SlowdownDetector:
 
     def _add_sub_block(self, value: float, t: float) -> None:
         """Merge a sub-block of level ``value`` (seconds) that ended at ``t`` into the open
-        block, closing it when it spans ``MIN_BLOCK_SECONDS``."""
+        block, and close it at the whole number of sub-blocks nearest to
+        ``MIN_BLOCK_SECONDS``."""
         if not value > 0:
             return
         if self._first_block:
@@ -153,12 +154,6 @@ class SlowdownDetector:
             if value < SHORT_STEP_SECONDS:
                 self._blocks = replace(self._blocks, trim=SLOWEST_STEPS_LEFT_OUT)
         merging = self._sub_blocks
-        if merging and t - self._last_sub_block_t >= MIN_BLOCK_SECONDS:
-            # A sub-block that spans a block's time alone is a block of its own: those
-            # merged before it close first, so that the first slow one after a step up is
-            # not lost in the median of the fast ones (docs/detectors.md, "Blocks").
-            self._close_block(statistics.median(merging), self._last_sub_block_t)
-            merging.clear()
         self._last_sub_block_t = t
         merging.append(math.log(value))
         # Close at the whole number of sub-blocks nearest to MIN_BLOCK_SECONDS: 100 steps of
@@ -383,8 +378,8 @@ class SlowdownDetector:
         seconds has no baseline, and one whose start was slow (a busy host) has one too high.
         Its last blocks stepping up from those just before them (:func:`whole_run_step`,
         which also replaces a live finding of a smaller ratio), or else all its blocks rising
-        steadily (:func:`whole_run_rise`). The run's last steps close its last block first,
-        if they are ``min_block`` or more."""
+        steadily (:func:`whole_run_rise`). First the run's last steps, if ``min_block`` or
+        more, and the sub-blocks still merging close its last block."""
         last = self._blocks.flush()
         if last is not None:
             self._add_sub_block(*last)
