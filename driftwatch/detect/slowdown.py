@@ -153,17 +153,20 @@ class SlowdownDetector:
             self._first_block = False
             if value < SHORT_STEP_SECONDS:
                 self._blocks = replace(self._blocks, trim=SLOWEST_STEPS_LEFT_OUT)
-        merging = self._sub_blocks
         self._last_sub_block_t = t
-        merging.append(math.log(value))
+        self._sub_blocks.append(math.log(value))
         # Close at the whole number of sub-blocks nearest to MIN_BLOCK_SECONDS: 100 steps of
         # 10 ms span a second give or take, and must not be merged in pairs half the time.
-        span, merged = t - self._last_block_t, len(merging)
+        span, merged = t - self._last_block_t, len(self._sub_blocks)
         if span + span / (2 * merged) < MIN_BLOCK_SECONDS and merged < MAX_SUB_BLOCKS:
             return
-        level = statistics.median(merging)
-        merging.clear()
-        self._close_block(level, t)
+        self._close_merged()
+
+    def _close_merged(self) -> None:
+        """Close the open block: the median of its sub-blocks, ended with the newest."""
+        level = statistics.median(self._sub_blocks)
+        self._sub_blocks.clear()
+        self._close_block(level, self._last_sub_block_t)
 
     def _close_block(self, level: float, t: float) -> None:
         """Judge a block of log level ``level`` that ended at ``t``."""
@@ -384,8 +387,7 @@ class SlowdownDetector:
         if last is not None:
             self._add_sub_block(*last)
         if self._sub_blocks:
-            self._close_block(statistics.median(self._sub_blocks), self._last_sub_block_t)
-            self._sub_blocks.clear()
+            self._close_merged()
         live = self.evaluate(now)
         if self._run_blocks > WHOLE_RUN_BLOCKS or len(self._run_levels) < WHOLE_RUN_MIN_BLOCKS:
             return live
