@@ -2,6 +2,8 @@
 
 Each save stops training for a moment at a regular interval. driftwatch reports it as
 information only (``periodic_stall``: period and share of wall time), and nothing else.
+It logs no TensorBoard summaries: Keras's TensorBoard callback keeps about 2 KB a step, a
+slow leak that driftwatch rightly reports at a run's end (``train_keras`` shows it).
 
 python driftwatch/examples/checkpoints.py [--seconds 40] [--every 300]
 """
@@ -25,7 +27,7 @@ def main() -> None:
     checkpoint = keras.callbacks.ModelCheckpoint(
         os.path.join(directory, "checkpoint.keras"), save_freq=args.every
     )
-    fit(model, x, y, directory, args.seconds, [checkpoint])
+    fit(model, x, y, directory, args.seconds, [checkpoint], tensorboard=False)
 
 
 if __name__ == "__main__":

@@ -80,19 +80,18 @@ def fit(
     seconds: float,
     callbacks: Sequence[Any] = (),
     epochs: int = 1000,
+    tensorboard: bool = True,
 ) -> Any:
-    """``model.fit`` in batches of 32, logging to TensorBoard, for at most ``seconds``."""
+    """``model.fit`` in batches of 32 for at most ``seconds``, logging to TensorBoard in
+    ``directory`` unless ``tensorboard`` is false."""
+    logging = [keras.callbacks.TensorBoard(directory, update_freq=10)] if tensorboard else []
     return model.fit(
         x,
         y,
         batch_size=32,
         epochs=epochs,
         verbose=0,
-        callbacks=[
-            keras.callbacks.TensorBoard(directory, update_freq=10),
-            *callbacks,
-            TimeBudget(seconds),
-        ],
+        callbacks=[*logging, *callbacks, TimeBudget(seconds)],
     )
 
 
