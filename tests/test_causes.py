@@ -64,6 +64,23 @@ def test_an_input_wait_share_that_rises_is_the_top_cause_with_its_numbers() -> N
     assert "point to waiting for input (input wait share 3% -> 40%)" in found.message
 
 
+def test_an_input_wait_share_is_averaged_over_time_not_per_reading() -> None:
+    # The hook sends a share every 100 steps: 100 a second of fast steps waiting 5 %, then,
+    # from 60.5 s, 2 a second of slow ones waiting 90 %. The onset's second, whose last
+    # reading is after it, joins the after side whole. Expected: over time, its 0.5 s of
+    # fast readings weigh 0.5 s against 19.4 s of slow ones, (0.5 * 0.05 + 19.4 * 0.9) /
+    # 19.9 = 0.88 after; per reading they would outweigh them, (50 * 0.05 + 39 * 0.9) / 89
+    # = 0.42.
+    ranker = CauseRanker()
+    fast = [Sample("input_wait_share", 0.05, i / 100) for i in range(6050)]
+    slow = [Sample("input_wait_share", 0.9, 60.9 + k / 2) for k in range(39)]
+    feed(ranker, fast + slow)
+    [found] = ranker.annotate([slowdown(60.5)], 80.0)
+    numbers = found.causes[0].numbers
+    assert numbers["input_wait_share_before"] == pytest.approx(0.05)
+    assert numbers["input_wait_share_after"] == pytest.approx(0.88, abs=0.01)
+
+
 def test_a_finding_of_another_kind_and_a_run_with_nothing_moving_stay_as_they_were() -> None:
     ranker = CauseRanker()
     feed(ranker, [Sample("cpu_seconds", 0.9 * t, float(t)) for t in range(300)])

@@ -75,13 +75,19 @@ LEVELS = frozenset(
     }
 )
 """Signals judged by their mean level."""
+PER_STEP = frozenset({"step_seconds", "step_gap_seconds"})
+"""Levels averaged per sample (one a train-function call: their means' ratio is a share of
+time); the others are averaged over time, each sample weighted by the time since the last."""
+SAMPLE_SECONDS = (1e-3, 10.0)
+"""Least and most time, in seconds, one sample of a level averaged over time stands for."""
 
 Windows = Sequence[tuple[float, float]]
 """Intervals [start, end) of unix seconds that together make one side of a comparison."""
 
 
 class _Tier:
-    """Consecutive buckets of one width: rows of (start, sum, count, last t, last value)."""
+    """Consecutive buckets of one width: rows of (start, weighted sum, weight, last t, last
+    value)."""
 
     __slots__ = ("_end", "capacity", "rows", "width")
 
@@ -91,24 +97,24 @@ class _Tier:
         self.rows = array("d")
         self._end = -math.inf  # where the newest bucket ends: a sample before it joins it
 
-    def add(self, t: float, value: float) -> None:
+    def add(self, t: float, value: float, weight: float) -> None:
         rows = self.rows
         if rows and t < self._end:
             if t < rows[-5]:
                 return  # out of order: a bucket once closed stays as it is
-            rows[-4] += value
-            rows[-3] += 1
+            rows[-4] += value * weight
+            rows[-3] += weight
             rows[-2], rows[-1] = t, value
             return
         start = math.floor(t / self.width) * self.width
         if rows and start <= rows[-5]:
             if start < rows[-5]:
                 return
-            rows[-4] += value
-            rows[-3] += 1
+            rows[-4] += value * weight
+            rows[-3] += weight
             rows[-2], rows[-1] = t, value
             return
-        rows.extend((start, value, 1.0, t, value))
+        rows.extend((start, value * weight, weight, t, value))
         self._end = start + self.width
         if len(rows) >= 10 * self.capacity:  # amortised: trim a whole tier at once
             del rows[: 5 * self.capacity]
@@ -119,20 +125,29 @@ class _Tier:
 
 
 class _Track:
-    """One signal in fine buckets (recent minutes) and coarse ones (a day)."""
+    """One signal in fine buckets (recent minutes) and coarse ones (a day); ``timed``: its
+    mean weights each sample by the time since the one before (``SAMPLE_SECONDS``)."""
 
-    __slots__ = ("coarse", "fine", "first")
+    __slots__ = ("coarse", "fine", "first", "last_t", "timed")
 
-    def __init__(self) -> None:
+    def __init__(self, timed: bool) -> None:
         self.fine = _Tier(FINE_SECONDS, FINE_POINTS)
         self.coarse = _Tier(COARSE_SECONDS, COARSE_POINTS)
         self.first: tuple[float, float] | None = None  # (t, value) of its first sample
+        self.last_t = -math.inf
+        self.timed = timed
 
     def add(self, t: float, value: float) -> None:
         if self.first is None:
             self.first = (t, value)
-        self.fine.add(t, value)
-        self.coarse.add(t, value)
+        weight = 1.0
+        if self.timed:
+            least, most = SAMPLE_SECONDS
+            since = t - self.last_t  # infinite for the first sample: it stands for an instant
+            weight = least if math.isinf(since) else min(max(since, least), most)
+            self.last_t = max(self.last_t, t)
+        self.fine.add(t, value, weight)
+        self.coarse.add(t, value, weight)
 
     def _rows(self, windows: Windows) -> FloatArray:
         """Rows (start, sum, count, last t, last value) from the windows' start on: the
@@ -147,7 +162,7 @@ class _Track:
 
     def mean(self, windows: Windows) -> float:
         """The mean level over ``windows`` (NaN with no sample in them): of the buckets whose
-        last sample falls in one of them."""
+        last sample falls in one of them, per sample or over time (``timed``)."""
         if not windows:
             return math.nan
         rows = self._rows(windows)
@@ -155,8 +170,8 @@ class _Track:
         inside = np.zeros(len(rows), dtype=bool)
         for a, b in windows:
             inside |= (times >= a) & (times < b)
-        count = float(rows[inside, 2].sum())
-        return float(rows[inside, 1].sum()) / count if count else math.nan
+        weight = float(rows[inside, 2].sum())
+        return float(rows[inside, 1].sum()) / weight if weight else math.nan
 
     def rate(self, windows: Windows) -> float:
         """Growth per second over ``windows``: their increases over their durations, each
@@ -225,7 +240,8 @@ class CauseRanker:
         key = (sample.series, sample.labels)
         track = self._tracks.get(key)
         if track is None:
-            track = self._tracks[key] = _Track()
+            timed = sample.series in LEVELS and sample.series not in PER_STEP
+            track = self._tracks[key] = _Track(timed)
         if math.isfinite(sample.value):
             track.add(sample.t, sample.value)
             self._first_t = min(self._first_t, sample.t)
