@@ -180,16 +180,21 @@ def test_a_step_while_a_busy_start_fills_the_first_chunk_is_stated_from_the_step
 ) -> None:
     """Expected: a 7x step at 25 s, while the first chunk still fills with the busy start's
     blocks, is an ``abrupt_slowdown`` since 25 s (within 2.5 s) of 4x or more, stated
-    within 12 s of it. Before the fix, 3 of these 8 seeds dated it from a swing of the start
-    (18.6-21.9 s; two of them at 1.8x), whose report the step then stayed inside."""
+    within 12 s of it (a statement from the step at a smaller ratio may come first: seed 4
+    is told at 3.0x 4 s after the step, while its blocks still mixed, then at 6.2x). Before
+    the fix, 3 of these 8 seeds dated it from a swing of the start (18.6-21.9 s; two of
+    them at 1.8x), whose report the step then stayed inside."""
     stated = reports(busy_start_then_stepped(seed))
     stepped = [
-        (t, f) for t, f in stated if f.kind == "abrupt_slowdown" and abs(f.since - (T0 + 25)) < 2.5
+        (t, f)
+        for t, f in stated
+        if f.kind == "abrupt_slowdown"
+        and abs(f.since - (T0 + 25)) < 2.5
+        and float(f.evidence["ratio"]) >= 4
     ]
-    assert stepped, [(f.kind, f.since - T0) for _, f in stated]
-    when, finding = stepped[0]
+    assert stepped, [(f.kind, f.since - T0, f.evidence["ratio"]) for _, f in stated]
+    when, _ = stepped[0]
     assert when - (T0 + 25) < 12
-    assert float(finding.evidence["ratio"]) >= 4
 
 
 def test_the_recorded_busy_start_states_its_slowdown_live() -> None:

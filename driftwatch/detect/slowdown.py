@@ -83,14 +83,15 @@ class SlowdownDetector:
     ``SHORT_STEP_SECONDS``, the mean of its steps without the slowest
     ``SLOWEST_STEPS_LEFT_OUT`` (a busy host's scheduler makes such steps wait between
     time slices, on a few steps only). Blocks of fast steps are merged until one spans
-    ``MIN_BLOCK_SECONDS``, and the run's end closes its last one; the first
-    ``warmup_blocks`` are skipped. The baseline is the median of chunk medians (the newest
-    ``BASELINE_CHUNKS``): the first chunk follows the start while the sum is not past ``h``;
-    later blocks join only once the sum has cleared them (:meth:`_clear_for_baseline`), so
-    a slowdown does not raise its own baseline. Each block adds ``log(block / baseline) -
-    k``, capped at ``h / 2``; the last zero of the sum estimates the onset. A slowdown is
-    reported while the sum is past ``h`` and the current level (the Theil-Sen line through
-    the blocks since the onset, at the newest) passes :meth:`_bar`; it is gradual when the
+    ``MIN_BLOCK_SECONDS`` (one that would span it alone is never merged), and the run's end
+    closes its last one; the first ``warmup_blocks`` are skipped. The baseline is the
+    median of chunk medians (the newest ``BASELINE_CHUNKS``): the first chunk follows the
+    start while the sum is not past ``h``; later blocks join only once the sum has cleared
+    them (:meth:`_clear_for_baseline`), so a slowdown does not raise its own baseline. Each
+    block adds ``log(block / baseline) - k``, capped at ``h / 2``; the last zero of the sum
+    estimates the onset (of a large step: :meth:`_step_onset`). A slowdown is reported
+    while the sum is past ``h`` and the current level (the Theil-Sen line through the
+    blocks since the onset, at the newest) passes :meth:`_bar`; it is gradual when the
     level took more than ``RECENT_BLOCKS`` blocks to climb from a quarter to three quarters
     of the ratio, abrupt when it jumped; a report whose level then steps up again by
     ``RESTEP_BAR`` is stated as that new, abrupt step (:meth:`_restep`). Reasoning:
@@ -146,13 +147,20 @@ class SlowdownDetector:
     def _add_sub_block(self, value: float, t: float) -> None:
         """Merge a sub-block of level ``value`` (seconds) that ended at ``t`` into the open
         block, and close it at the whole number of sub-blocks nearest to
-        ``MIN_BLOCK_SECONDS``."""
+        ``MIN_BLOCK_SECONDS``; a sub-block that would close a block alone closes the open one
+        first, and then its own."""
         if not value > 0:
+            self._last_sub_block_t = t  # its time is not the next sub-block's
             return
         if self._first_block:
             self._first_block = False
             if value < SHORT_STEP_SECONDS:
                 self._blocks = replace(self._blocks, trim=SLOWEST_STEPS_LEFT_OUT)
+        # A block of its own: the first slow sub-block after a step up must not be lost in
+        # the median of the fast ones merged before it (docs/detectors.md, "Blocks").
+        own = t - self._last_sub_block_t
+        if self._sub_blocks and own + own / 2 >= MIN_BLOCK_SECONDS:
+            self._close_merged()
         self._last_sub_block_t = t
         self._sub_blocks.append(math.log(value))
         # Close at the whole number of sub-blocks nearest to MIN_BLOCK_SECONDS: 100 steps of
@@ -315,9 +323,21 @@ class SlowdownDetector:
         if onset is None or self._gradual:
             self._since = climb_start if onset is None else min(climb_start, onset)
         else:
-            self._since = onset
+            self._since = self._step_onset(math.log(ratio), onset)
         self._stated = ratio
         self._since_step = LEVEL_BLOCKS  # as if none: the level counts from the onset
+
+    def _step_onset(self, level: float, onset: float) -> float:
+        """When a step to ``level`` (log ratio) began: from the sum's last zero ``onset`` on,
+        the end of the block after which the blocks' cumulative excess over half the step
+        is least. The sum's allowance is half the least step worth reporting, so before a
+        large step a block of noise may have left it above zero; measured against half
+        the step itself, it does not (docs/detectors.md, "The onset of an abrupt step")."""
+        recent = [(t, x) for t, x in self._recent if t >= onset]
+        if not recent:
+            return onset
+        excess = np.cumsum([x - level / 2 for _, x in recent])
+        return max(onset, recent[int(np.argmin(excess))][0])
 
     def _restep(self) -> None:
         """A reported slowdown whose recent level is ``RESTEP_BAR`` times the level it
