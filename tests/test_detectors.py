@@ -241,6 +241,39 @@ def test_the_end_of_a_short_run_whose_steps_slowed_from_its_start_reports_it() -
     assert wandering.conclude(T0 + 20).findings == ()
 
 
+@pytest.mark.parametrize(
+    ("step", "factor", "before", "after"),
+    [(0.1, 3.0, 60, 60), (0.1, 2.0, 60, 60), (0.2, 3.0, 60, 120), (0.05, 3.0, 30, 60)],
+)
+def test_a_short_run_of_slow_steps_that_slows_is_told_at_its_end(
+    step: float, factor: float, before: float, after: float
+) -> None:
+    """Expected: steps of ``step`` seconds (a small CNN on a CPU) for ``before`` seconds,
+    then ``factor`` times slower for ``after`` seconds to the run's end: too few 100-step
+    blocks for a baseline or for the whole-run step test (8 blocks a side), so until
+    session 16 nothing was said, live or at the end. Its end judges blocks of 10 steps: an
+    ``abrupt_slowdown`` of ``factor`` (within 10 %), dated within one of those blocks of the
+    step. The same run without the step is stated at no end."""
+    rng = np.random.default_rng(3)
+
+    def run(slower: float) -> tuple[SlowdownDetector, float]:
+        detector, t = SlowdownDetector(), T0
+        while t < T0 + before + after:
+            value = step * (slower if t >= T0 + before else 1.0) * float(rng.lognormal(0, 0.1))
+            t += value
+            detector.observe(Sample("step_seconds", value, t))
+        return detector, t
+
+    slowed, end = run(factor)
+    (finding,) = slowed.conclude(end).findings
+    assert finding.kind == "abrupt_slowdown"
+    assert finding.evidence["judged_at_end"] == "whole run"
+    assert float(finding.evidence["ratio"]) == pytest.approx(factor, rel=0.1)
+    assert abs(finding.since - (T0 + before)) <= 10 * step * factor
+    steady, end = run(1.0)
+    assert steady.conclude(end).findings == ()
+
+
 # -- memory ------------------------------------------------------------------------------
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import statistics
 from collections import deque
 from dataclasses import replace
 
@@ -20,6 +19,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from driftwatch.detect import Evaluation
+from driftwatch.detect.blocks import StepBlocks
 from driftwatch.detect.slowdown_end import (
     WHOLE_RUN_BLOCKS,
     WHOLE_RUN_MIN_BLOCKS,
@@ -62,18 +62,14 @@ LEVEL_BLOCKS = 30
 """Most blocks since the onset that estimate the current level."""
 STILL_SLOW = 1 + (LEAST_REPORTED - 1) / 2
 """A reported slowdown ends once the recent blocks fall back below this ratio."""
-SHORT_STEP_SECONDS = 0.02
-"""Median step of a run's first block below which its blocks' level is not their median."""
-SLOWEST_STEPS_LEFT_OUT = 0.1
-"""Share of a block's slowest steps left out of a short-step run's level (the others' mean)."""
-MIN_BLOCK_SECONDS = 1.0
-"""Least wall time a block spans, in seconds (blocks of fast steps are merged)."""
-MAX_SUB_BLOCKS = 256
-"""Bounds the sub-blocks merged into one block (a clock that jumps back never closes one)."""
 BASELINE_CHUNKS = 48
 """Chunk medians the baseline keeps: with 30 blocks a chunk, a day of 1-s steps."""
 RESTEP_BAR = 1.5
 """Ratio of the recent level to the level a report stated that is judged as a new step."""
+END_BLOCK_STEPS = 10
+"""Steps in a sub-block of a short run's verdict at its end (merged like the live ones)."""
+END_MAX_BLOCKS = 2 * WHOLE_RUN_BLOCKS
+"""Most blocks a short run's end keeps: past it, they are merged in pairs, and made longer."""
 
 
 class SlowdownDetector:
@@ -111,13 +107,15 @@ class SlowdownDetector:
         baseline_blocks: int = 30,
         threshold: float = 0.2,
     ) -> None:
-        self._blocks = RunningBlocks(block, max_seconds=block_seconds, min_size=min_block)
-        self._first_block = True  # the run's first block decides the level of the others
-        self._sub_blocks: list[float] = []  # log levels of the sub-blocks of the open block
-        self._last_block_t = -math.inf
-        self._last_sub_block_t = -math.inf
+        self._blocks = StepBlocks(
+            RunningBlocks(block, max_seconds=block_seconds, min_size=min_block), self._close_block
+        )
+        # A short run's end judges finer blocks, until the run has more than
+        # WHOLE_RUN_BLOCKS live ones.
+        end_steps = RunningBlocks(END_BLOCK_STEPS, block_seconds, min(min_block, END_BLOCK_STEPS))
+        self._end_blocks: StepBlocks | None = StepBlocks(end_steps, self._add_run_level)
         self._warmup_left = warmup_blocks
-        self._run_levels: list[tuple[float, float]] = []  # (t, log level), short runs
+        self._run_levels: list[tuple[float, float]] = []  # (t, log level) of the end's blocks
         self._run_blocks = 0  # blocks closed, all of them
         self._chunk: list[float] = []  # log levels of the chunk being filled
         self._held: deque[float] = deque()  # log levels waiting for the sum to clear them
@@ -140,48 +138,37 @@ class SlowdownDetector:
         self._since = math.nan  # and since when
 
     def observe(self, sample: Sample) -> None:
-        block = self._blocks.add(sample.value, sample.t)
+        value, t = sample.value, sample.t
+        if self._end_blocks is not None:  # first: the end leaves out the first block's steps
+            block = self._end_blocks.steps.add(value, t)
+            if block is not None:
+                self._end_blocks.sub_block(*block)
+        block = self._blocks.steps.add(value, t)
         if block is not None:
-            self._add_sub_block(*block)
+            self._blocks.sub_block(*block)
 
-    def _add_sub_block(self, value: float, t: float) -> None:
-        """Merge a sub-block of level ``value`` (seconds) that ended at ``t`` into the open
-        block, and close it at the whole number of sub-blocks nearest to
-        ``MIN_BLOCK_SECONDS``; a sub-block that would close a block alone closes the open one
-        first, and then its own."""
-        if not value > 0:
-            self._last_sub_block_t = t  # its time is not the next sub-block's
+    def _add_run_level(self, level: float, t: float) -> None:
+        """Keep a block of the end's for a short run's verdict (not those within its first
+        ``WHOLE_RUN_SKIP_BLOCKS`` blocks), at most ``END_MAX_BLOCKS``."""
+        if self._run_blocks < WHOLE_RUN_SKIP_BLOCKS:
             return
-        if self._first_block:
-            self._first_block = False
-            if value < SHORT_STEP_SECONDS:
-                self._blocks = replace(self._blocks, trim=SLOWEST_STEPS_LEFT_OUT)
-        # A block of its own: the first slow sub-block after a step up must not be lost in
-        # the median of the fast ones merged before it (docs/detectors.md, "Blocks").
-        own = t - self._last_sub_block_t
-        if self._sub_blocks and own + own / 2 >= MIN_BLOCK_SECONDS:
-            self._close_merged()
-        self._last_sub_block_t = t
-        self._sub_blocks.append(math.log(value))
-        # Close at the whole number of sub-blocks nearest to MIN_BLOCK_SECONDS: 100 steps of
-        # 10 ms span a second give or take, and must not be merged in pairs half the time.
-        span, merged = t - self._last_block_t, len(self._sub_blocks)
-        if span + span / (2 * merged) < MIN_BLOCK_SECONDS and merged < MAX_SUB_BLOCKS:
-            return
-        self._close_merged()
-
-    def _close_merged(self) -> None:
-        """Close the open block: the median of its sub-blocks, ended with the newest."""
-        level = statistics.median(self._sub_blocks)
-        self._sub_blocks.clear()
-        self._close_block(level, self._last_sub_block_t)
+        levels = self._run_levels
+        levels.append((t, level))
+        if len(levels) > END_MAX_BLOCKS and self._end_blocks is not None:
+            # Neighbours in pairs (the later end, the mean level; an odd one out stays), and
+            # the blocks to come twice as long: the same resolution all through the run.
+            even = len(levels) // 2 * 2
+            pairs = zip(levels[:even:2], levels[1:even:2], strict=True)
+            levels[:] = [(b[0], (a[1] + b[1]) / 2) for a, b in pairs] + levels[even:]
+            steps = self._end_blocks.steps  # just closed: nothing pending is lost
+            self._end_blocks.steps = replace(steps, size=2 * steps.size)
 
     def _close_block(self, level: float, t: float) -> None:
         """Judge a block of log level ``level`` that ended at ``t``."""
-        self._last_block_t = t
         self._run_blocks += 1
-        if WHOLE_RUN_SKIP_BLOCKS < self._run_blocks <= WHOLE_RUN_BLOCKS:
-            self._run_levels.append((t, level))
+        if self._run_blocks > WHOLE_RUN_BLOCKS and self._end_blocks is not None:
+            self._end_blocks = None  # a long run: its end judges the live verdict alone
+            self._run_levels.clear()
         if self._warmup_left > 0:
             self._warmup_left -= 1
             return
@@ -399,21 +386,21 @@ class SlowdownDetector:
     def conclude(self, now: float) -> Evaluation:
         """The live verdict; for a short run, a slowdown judged over all of it: a run of
         seconds has no baseline, and one whose start was slow (a busy host) has one too high.
-        Its last blocks stepping up from those just before them (:func:`whole_run_step`,
-        which also replaces a live finding of a smaller ratio), or else all its blocks rising
-        steadily (:func:`whole_run_rise`). First the run's last steps, if ``min_block`` or
-        more, and the sub-blocks still merging close its last block."""
-        last = self._blocks.flush()
-        if last is not None:
-            self._add_sub_block(*last)
-        if self._sub_blocks:
-            self._close_merged()
+        Judged on blocks of ``END_BLOCK_STEPS`` steps (merged to ``MIN_BLOCK_SECONDS``): its
+        last ones stepping up from those just before them (:func:`whole_run_step`, which also
+        replaces a live finding ``RESTEP_BAR`` times smaller), or else all of them rising
+        steadily (:func:`whole_run_rise`). First the run's last steps, if ``min_block`` or more, and
+        the sub-blocks still merging close its last blocks."""
+        if self._end_blocks is not None:
+            self._end_blocks.flush()
+        self._blocks.flush()
         live = self.evaluate(now)
         if self._run_blocks > WHOLE_RUN_BLOCKS or len(self._run_levels) < WHOLE_RUN_MIN_BLOCKS:
             return live
         step = whole_run_step(self._run_levels)
-        if live.findings:  # a step measured from the blocks before it is the better estimate
-            stepped = step.findings and evaluation_ratio(step) > evaluation_ratio(live)
+        if live.findings:  # a step measured from the blocks before it, if it differs
+            bar = evaluation_ratio(live) * RESTEP_BAR
+            stepped = step.findings and evaluation_ratio(step) > bar
             return Evaluation(max(live.score, step.score), step.findings) if stepped else live
         rise = whole_run_rise(self._run_levels)
         score = max(live.score, step.score, rise.score)

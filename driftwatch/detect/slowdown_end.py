@@ -1,4 +1,5 @@
-"""A short run's slowdown, judged at its end over all its blocks.
+"""A short run's slowdown, judged at its end over all its blocks (the detector's finer end
+blocks: ``driftwatch.detect.slowdown.END_BLOCK_STEPS``).
 
 A run of seconds never completes the live detector's first chunk, and one that slows from
 its start (or whose start was slowed by a busy host) has a baseline too high: its end
@@ -69,7 +70,7 @@ def whole_run_step(levels: list[tuple[float, float]]) -> Evaluation:
         or stayed < math.log(WHOLE_RUN_STEP_BAR)
     ):
         return Evaluation(min(score, 0.99))
-    since = float(times[split])
+    since = float(times[split - 1])  # where the first slower block began
     first, last = math.exp(before), math.exp(before) * ratio
     message = (
         f"steps became {ratio:.2f}x slower around {clock(since)} ({human_seconds(first)} -> "
