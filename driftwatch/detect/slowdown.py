@@ -388,7 +388,7 @@ class SlowdownDetector:
         seconds has no baseline, and one whose start was slow (a busy host) has one too high.
         Judged on blocks of ``END_BLOCK_STEPS`` steps (merged to ``MIN_BLOCK_SECONDS``): its
         last ones stepping up from those just before them (:func:`whole_run_step`, which also
-        replaces a live finding ``RESTEP_BAR`` times smaller), or else all of them rising
+        replaces a live finding ``WORTH_REPORTING`` times smaller), or else all of them rising
         steadily (:func:`whole_run_rise`). First the run's last steps, if ``min_block`` or more, and
         the sub-blocks still merging close its last blocks."""
         if self._end_blocks is not None:
@@ -399,7 +399,7 @@ class SlowdownDetector:
             return live
         step = whole_run_step(self._run_levels)
         if live.findings:  # a step measured from the blocks before it, if it differs
-            bar = evaluation_ratio(live) * RESTEP_BAR
+            bar = evaluation_ratio(live) * WORTH_REPORTING
             stepped = step.findings and evaluation_ratio(step) > bar
             return Evaluation(max(live.score, step.score), step.findings) if stepped else live
         rise = whole_run_rise(self._run_levels)
