@@ -39,6 +39,12 @@ class StepBlocks:
         self._last_block_t = -math.inf
         self._last_sub_block_t = -math.inf
 
+    def add(self, value: float, t: float) -> None:
+        """One step of ``value`` seconds that ended at ``t``."""
+        block = self.steps.add(value, t)
+        if block is not None:
+            self.sub_block(*block)
+
     def sub_block(self, value: float, t: float) -> None:
         """Merge a sub-block of level ``value`` (seconds) that ended at ``t`` into the open
         block, and close it at the whole number of sub-blocks nearest to

@@ -150,7 +150,7 @@ class _Track:
         self.coarse.add(t, value, weight)
 
     def _rows(self, windows: Windows) -> FloatArray:
-        """Rows (start, sum, count, last t, last value) from the windows' start on: the
+        """Rows (start, weighted sum, weight, last t, last value) from the windows' start on: the
         fine tier's, after the coarse buckets that end before it where it does not reach
         back that far."""
         fine = np.frombuffer(self.fine.rows).reshape(-1, 5)

@@ -138,14 +138,9 @@ class SlowdownDetector:
         self._since = math.nan  # and since when
 
     def observe(self, sample: Sample) -> None:
-        value, t = sample.value, sample.t
         if self._end_blocks is not None:  # first: the end leaves out the first block's steps
-            block = self._end_blocks.steps.add(value, t)
-            if block is not None:
-                self._end_blocks.sub_block(*block)
-        block = self._blocks.steps.add(value, t)
-        if block is not None:
-            self._blocks.sub_block(*block)
+            self._end_blocks.add(sample.value, sample.t)
+        self._blocks.add(sample.value, sample.t)
 
     def _add_run_level(self, level: float, t: float) -> None:
         """Keep a block of the end's for a short run's verdict (not those within its first
