@@ -84,7 +84,7 @@ from soak import HOOK_LOOP, HOOKED, TARGETS, mb, processes
 from driftwatch.channel.env import RUNTIME_DIR_ENV
 from driftwatch.channel.paths import ensure_private_dir, list_channels
 from driftwatch.daemon.config import DEFAULT_INTERVAL
-from driftwatch.monitor import YOUNG_SECONDS
+from driftwatch.runtime.monitor import YOUNG_SECONDS
 
 EXPORTER = "prometheus-process-exporter"
 """Debian's process-exporter binary (package ``prometheus-process-exporter``)."""

@@ -24,9 +24,9 @@ new ``Daemon`` with a new ``History`` runs its own loop at a 1 s interval; after
 found every target and settled (``--settle`` seconds), this process's CPU time (every thread:
 sampling, detectors, the history writer) is read over ``--cpu-seconds`` of wall-clock time.
 More than 1 % of one core fails the goal; the targets are taken as past their first 5
-minutes (``driftwatch.monitor.YOUNG_SECONDS`` set to 0), as a long job's are. The same is then
-measured with the targets young (sampled every 0.5 s), reported against no goal. No HTTP
-server runs and nothing scrapes.
+minutes (``driftwatch.runtime.monitor.YOUNG_SECONDS`` set to 0), as a long job's are. The
+same is then measured with the targets young (sampled every 0.5 s), reported against no goal.
+No HTTP server runs and nothing scrapes.
 
 Exit status 0 when both goals are met, 1 otherwise.
 """
@@ -52,15 +52,15 @@ from pathlib import Path
 
 import psutil
 
-from driftwatch import monitor
 from driftwatch.channel.paths import ensure_private_dir
 from driftwatch.channel.ring import ChannelWriter
-from driftwatch.channel.wire import SERIES_META, Kind
+from driftwatch.channel.wire import SERIES_META, RecordKind
 from driftwatch.daemon.agent import Daemon
 from driftwatch.daemon.config import load_config
 from driftwatch.findings import Finding
 from driftwatch.history.writer import History
-from driftwatch.pidns import identify
+from driftwatch.runtime import monitor
+from driftwatch.target.pidns import identify
 
 TARGETS = 8
 YOUNG_SECONDS = monitor.YOUNG_SECONDS
@@ -115,13 +115,13 @@ class SyntheticHook:
         """What one simulated second of a healthy run leaves in the channel."""
         self._step += 1
         duration = self._random.lognormvariate(0.0, 0.05)
-        self._writer.write(Kind.STEP, self._step, t, duration, 0.05 * duration)
+        self._writer.write(RecordKind.STEP, self._step, t, duration, 0.05 * duration)
         if self._step % 10 == 0:
             current = 2e9 + self._random.gauss(0.0, 5e6)
-            self._writer.write(Kind.VALUE, 0, t, current)
-            self._writer.write(Kind.VALUE, 1, t, 2.5e9)
+            self._writer.write(RecordKind.VALUE, 0, t, current)
+            self._writer.write(RecordKind.VALUE, 1, t, 2.5e9)
         if self._step % 600 == 0:
-            self._writer.write(Kind.EPOCH, self._step // 600, t, 600.0, 30.0)
+            self._writer.write(RecordKind.EPOCH, self._step // 600, t, 600.0, 30.0)
 
     def close(self) -> None:
         self._writer.close()
@@ -305,7 +305,7 @@ def main() -> int:
     if not 0 < args.warmup < args.hours:
         parser.error("--warmup must be above 0 and below --hours")
     # Without a GPU, each of the 16 monitors says once that NVML is off: noise here.
-    logging.getLogger("driftwatch.monitor").setLevel(logging.ERROR)
+    logging.getLogger("driftwatch.runtime.monitor").setLevel(logging.ERROR)
     load = os.getloadavg()[0]
     print(
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; Python {platform.python_version()}"

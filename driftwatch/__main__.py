@@ -1,3 +1,3 @@
-from driftwatch.cli import main
+from driftwatch.commands.cli import main
 
 main()

@@ -2,7 +2,7 @@
 
 ``CAUSES`` is the table (a name, a title, what it means, the fix); ``RankedCause`` is one
 cause as a finding carries it, with its score and the numbers that moved. The ranking itself
-lives in ``driftwatch.detect.causes``; how co-moving is judged: docs/detectors.md, "Causes".
+lives in ``driftwatch.detect.causes.ranker``; how co-moving is judged: docs/detectors.md, "Causes".
 """
 
 from __future__ import annotations

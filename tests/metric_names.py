@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 from prometheus_client.core import CounterMetricFamily, InfoMetricFamily
 
-from driftwatch import bundle
+from driftwatch.commands import bundle
 from driftwatch.export.prometheus import DriftwatchCollector
 from driftwatch.series import SERIES
 

@@ -13,10 +13,10 @@ from pathlib import Path
 from driftwatch.causes import RankedCause
 from driftwatch.findings import Finding, Severity
 from driftwatch.history.writer import History
+from driftwatch.runtime.snapshot import Snapshot
+from driftwatch.runtime.store import Store
 from driftwatch.series import Sample
-from driftwatch.snapshot import Snapshot
-from driftwatch.store import Store
-from driftwatch.target import TargetInfo
+from driftwatch.target.process import TargetInfo
 
 START = 1_750_000_000.0
 TICK = 10.0

@@ -15,7 +15,13 @@ import pytest
 from rich.console import Console
 
 from bench.detection.analyze_speed import DAY, RESTART_SECONDS, T0, YEAR, write_logdir
-from driftwatch.analyze import GAP_SECONDS, ReadProgress, RecordingError, analyze, read_samples
+from driftwatch.commands.analyze import (
+    GAP_SECONDS,
+    ReadProgress,
+    RecordingError,
+    analyze,
+    read_samples,
+)
 from driftwatch.detect import Engine
 from driftwatch.detect.catalog import default_detectors
 from driftwatch.findings import Finding

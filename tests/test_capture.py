@@ -38,8 +38,8 @@ from driftwatch.errors import ACCESS_HINT, CaptureUnavailable, TargetAccessDenie
 from driftwatch.findings import Finding, Severity
 from driftwatch.history.reader import HistoryReader
 from driftwatch.hook.trace import TRACE_FIRST_STEP, TRACE_MAX_STEPS
+from driftwatch.runtime.store import Store
 from driftwatch.sources.hook import HookSource
-from driftwatch.store import Store
 from tests import synthetic_run
 from tests.conftest import REPO, TF_ENV, run_cli
 

@@ -18,13 +18,13 @@ from prometheus_client import CollectorRegistry, generate_latest
 from driftwatch.causes import CAUSES, RankedCause, cause_line
 from driftwatch.detect import Engine
 from driftwatch.detect.catalog import default_detectors, default_engine
-from driftwatch.detect.causes import CauseRanker
+from driftwatch.detect.causes.ranker import CauseRanker
 from driftwatch.export.prometheus import DriftwatchCollector
 from driftwatch.findings import Finding, Severity
-from driftwatch.monitor import Monitor
+from driftwatch.runtime.monitor import Monitor
 from driftwatch.series import Sample
 from driftwatch.sources.nvml import NvmlSource
-from driftwatch.target import TargetInfo
+from driftwatch.target.process import TargetInfo
 from tests.fake_pynvml import install
 
 PID = 4242

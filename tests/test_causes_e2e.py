@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from driftwatch.detect.cause_scores import TRACES_STEP
+from driftwatch.detect.causes.scores import TRACES_STEP
 from driftwatch.series import SERIES
 from tests.conftest import REPO
 from tests.jobs import FinishedRun, run_job

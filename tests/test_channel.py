@@ -33,7 +33,7 @@ from driftwatch.channel.ring import (
     open_writer,
     writer_alive,
 )
-from driftwatch.pidns import ProcessId, identify
+from driftwatch.target.pidns import ProcessId, identify
 from tests.conftest import REPO
 
 PROCESS = ProcessId(4242, 123_456_789, 4026531836)
@@ -183,7 +183,7 @@ def test_a_record_announced_before_its_seq_is_visible_is_retried(
 WRITER_PROCESS = """
 import os, sys
 from driftwatch.channel.ring import ChannelWriter
-from driftwatch.pidns import identify
+from driftwatch.target.pidns import identify
 total = int(sys.argv[2])
 writer = ChannelWriter.create(sys.argv[1], identify(os.getpid()), 1.0, capacity=int(sys.argv[3]))
 print(writer.path, flush=True)

@@ -32,7 +32,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from driftwatch.channel.paths import channel_dirs, ensure_private_dir
 from driftwatch.channel.ring import ChannelWriter
-from driftwatch.channel.wire import SERIES_META, Kind
+from driftwatch.channel.wire import SERIES_META, RecordKind
 from driftwatch.daemon.agent import Daemon
 from driftwatch.daemon.config import Config, load_config
 from driftwatch.daemon.discovery import SCAN_EVERY_TICKS, SWEEP_AFTER_SECONDS
@@ -40,8 +40,8 @@ from driftwatch.detect import Engine
 from driftwatch.errors import HistoryError, UsageError
 from driftwatch.findings import Finding
 from driftwatch.history.reader import HistoryReader, RunRecord
-from driftwatch.monitor import YOUNG_SECONDS
-from driftwatch.pidns import ProcessId, identify
+from driftwatch.runtime.monitor import YOUNG_SECONDS
+from driftwatch.target.pidns import ProcessId, identify
 from tests.conftest import (
     CONTAINED_HOOK,
     TF_ENV,
@@ -113,7 +113,7 @@ class HookChannels:
         if run is not None:
             writer.set_meta({"run": run, "pid": pid, SERIES_META: [["hook_nonfinite_total", {}]]})
         if nonfinite:
-            writer.write(Kind.VALUE, 0, time.time(), float(nonfinite))
+            writer.write(RecordKind.VALUE, 0, time.time(), float(nonfinite))
         self.writers[writer.path] = writer
         return writer.path
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from driftwatch import bundle
+from driftwatch.commands import bundle
 from tests.conftest import REPO, promtool_check_rules
 from tests.metric_names import exported, recorded, referenced
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from driftwatch import bundle
 from driftwatch.channel.env import SHARED_DIR_ENV
+from driftwatch.commands import bundle
 from tests.conftest import REPO, run_cli
 
 DEPLOY = REPO / "deploy"

@@ -14,12 +14,12 @@ from driftwatch.detect import Detector, Engine, Evaluation
 from driftwatch.detect.basic import StallDetector
 from driftwatch.detect.catalog import default_detectors
 from driftwatch.detect.growth import PerStepGrowthDetector, UnrotatedEventFileDetector
-from driftwatch.detect.host_memory import HostMemoryDetector
-from driftwatch.detect.memory import MemoryDriftDetector
-from driftwatch.detect.memory_trends import MemoryThresholds
+from driftwatch.detect.memory.drift import MemoryDriftDetector
+from driftwatch.detect.memory.host import HostMemoryDetector
+from driftwatch.detect.memory.trends import MemoryThresholds
 from driftwatch.detect.periodic_stalls import PeriodicStallDetector
 from driftwatch.detect.slow_callbacks import SlowCallbackDetector
-from driftwatch.detect.slowdown import SlowdownDetector
+from driftwatch.detect.slowdown.live import SlowdownDetector
 from driftwatch.findings import Finding, Severity
 from driftwatch.series import Sample
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from driftwatch.demo import examples
+from driftwatch.commands.demo import examples
 from driftwatch.findings import KINDS
 from driftwatch.series import SERIES
 from tests.conftest import REPO

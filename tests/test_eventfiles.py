@@ -35,7 +35,7 @@ from driftwatch.sources import eventfiles, records
 from driftwatch.sources.eventfiles import EventFileSource, describe
 from driftwatch.sources.replay import replay_logdir
 from driftwatch.sources.scalars import masked
-from driftwatch.target import Target
+from driftwatch.target.process import Target
 from tests.conftest import REPO, TF_ENV, in_pid_namespace, needs_pid_namespaces
 
 

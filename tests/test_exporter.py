@@ -8,9 +8,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from driftwatch.export.prometheus import DriftwatchCollector
 from driftwatch.findings import Finding, Severity
+from driftwatch.runtime.snapshot import Snapshot, SourceStatus
 from driftwatch.series import SERIES
-from driftwatch.snapshot import Snapshot, SourceStatus
-from driftwatch.target import TargetInfo
+from driftwatch.target.process import TargetInfo
 from tests.conftest import promtool_check_metrics
 
 GPU0 = (("gpu", "0"),)

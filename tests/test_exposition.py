@@ -24,8 +24,8 @@ from driftwatch.causes import RankedCause
 from driftwatch.export.exposition import Family, Renderer, metrics_wsgi_app
 from driftwatch.export.prometheus import DriftwatchCollector, metrics_app
 from driftwatch.findings import Finding, Severity
-from driftwatch.snapshot import Snapshot, SourceStatus
-from driftwatch.target import TargetInfo
+from driftwatch.runtime.snapshot import Snapshot, SourceStatus
+from driftwatch.target.process import TargetInfo
 from tests.conftest import promtool_check_metrics
 
 openmetrics_families = cast(

@@ -44,7 +44,7 @@ class Attached:
     def __init__(self, tmp_path: Path, pid: int, *args: str, prelude: str = "") -> None:
         self._err_path = tmp_path / "attach.err"
         self._out_path = tmp_path / "attach.out"
-        code = f"{prelude}\nfrom driftwatch.cli import main\nmain()"
+        code = f"{prelude}\nfrom driftwatch.commands.cli import main\nmain()"
         with self._out_path.open("w") as out, self._err_path.open("w") as err:
             self.process = subprocess.Popen(
                 [

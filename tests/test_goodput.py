@@ -21,13 +21,13 @@ import pytest
 
 from driftwatch.channel.paths import ensure_private_dir
 from driftwatch.channel.ring import ChannelWriter
-from driftwatch.channel.wire import Kind
-from driftwatch.goodput import PHASES, Breakdown, GoodputAccount
-from driftwatch.monitor import Monitor
+from driftwatch.channel.wire import RecordKind
+from driftwatch.detect.goodput import PHASES, Breakdown, GoodputAccount
+from driftwatch.runtime.monitor import Monitor
 from driftwatch.series import Sample
 from driftwatch.sources.hook import HookSource
-from driftwatch.target import TargetInfo
-from driftwatch.view import render_summary, signal_rows
+from driftwatch.target.process import TargetInfo
+from driftwatch.view.terminal import render_summary, signal_rows
 from tests.conftest import promtool_check_metrics, run_cli
 from tests.jobs import Watched
 from tests.test_exporter import samples_of, scrape
@@ -273,10 +273,10 @@ def test_a_monitor_exports_goodput_counters_that_promtool_accepts(
     say of the exposition; the live view's goodput row and the summary read the same."""
     writer = ChannelWriter.create(ensure_private_dir(tmp_path / "dw"), PROCESS, CREATE_TIME)
     t, step = CREATE_TIME + 3.0, 1
-    writer.write(Kind.STEP, step, t, 1.0, 0.0)
+    writer.write(RecordKind.STEP, step, t, 1.0, 0.0)
     for _ in range(80):
         t, step = t + 0.1, step + 1
-        writer.write(Kind.STEP, step, t, 0.1, 0.02)
+        writer.write(RecordKind.STEP, step, t, 0.1, 0.02)
     info = TargetInfo(PID, CREATE_TIME, "python", ("python",), "ml", os.geteuid())
     monitor = Monitor("train", info, [HookSource(writer.path)], clock=lambda: CREATE_TIME + 12)
     snapshot = monitor.tick()

@@ -20,11 +20,11 @@ from driftwatch.findings import Severity
 from driftwatch.history.reader import HistoryReader
 from driftwatch.history.schema import default_db_path
 from driftwatch.history.writer import History
-from driftwatch.monitor import Monitor, watch
+from driftwatch.runtime.monitor import Monitor, watch
+from driftwatch.runtime.snapshot import Snapshot
+from driftwatch.runtime.store import Store
 from driftwatch.series import Sample
-from driftwatch.snapshot import Snapshot
-from driftwatch.store import Store
-from driftwatch.target import TargetInfo
+from driftwatch.target.process import TargetInfo
 from tests import synthetic_run
 from tests.conftest import run_cli, wait_for
 from tests.synthetic_run import START, TARGET, TICK

@@ -12,7 +12,7 @@ import pytest
 
 from driftwatch.channel.paths import channel_path
 from driftwatch.channel.ring import ChannelReader
-from driftwatch.channel.wire import Kind
+from driftwatch.channel.wire import RecordKind
 from driftwatch.hook.core import Hook
 from driftwatch.hook.custom_loop import TrainStepRecognizer, patch_iterator_next
 from driftwatch.sources.hook import HookSource
@@ -30,7 +30,7 @@ def test_periods_are_divided_by_the_steps_each_call_ran(tmp_path: Path) -> None:
     reader = ChannelReader.open(path)
     records, lost = reader.read()
     reader.close()
-    steps = [r for r in records if r.kind == Kind.STEP]
+    steps = [r for r in records if r.kind == RecordKind.STEP]
     assert lost == 0
     assert [r.key for r in steps] == [1, 5]
     assert [r.a for r in steps] == [1.0, 0.5]
@@ -48,7 +48,7 @@ def test_a_boundary_closes_the_period_without_a_record(tmp_path: Path) -> None:
     reader = ChannelReader.open(path)
     records, _ = reader.read()
     reader.close()
-    assert [(r.key, r.a) for r in records if r.kind == Kind.STEP] == [(2, 1.0)]
+    assert [(r.key, r.a) for r in records if r.kind == RecordKind.STEP] == [(2, 1.0)]
 
 
 def test_probe_settings_are_checked() -> None:

@@ -11,14 +11,14 @@ import pytest
 from driftwatch import __version__
 from driftwatch.channel.paths import ensure_private_dir
 from driftwatch.channel.ring import ChannelWriter
-from driftwatch.channel.wire import RUNTIME_META, SERIES_META, Kind
+from driftwatch.channel.wire import RUNTIME_META, SERIES_META, RecordKind
 from driftwatch.history.reader import HistoryReader
 from driftwatch.history.writer import History
-from driftwatch.monitor import Monitor
-from driftwatch.pidns import ProcessId
+from driftwatch.runtime.monitor import Monitor
 from driftwatch.series import MAX_LABEL_SETS, MAX_LABEL_VALUE_CHARS
 from driftwatch.sources.hook import HookSource
-from driftwatch.target import TargetInfo
+from driftwatch.target.pidns import ProcessId
+from driftwatch.target.process import TargetInfo
 from tests.test_exporter import samples_of, scrape
 
 PID, CREATE_TIME = 4242, 1_700_000_000.0
@@ -61,7 +61,7 @@ def test_series_the_table_does_not_know_or_with_wrong_labels_are_ignored(
     ]
     writer.set_meta({SERIES_META: table})
     for key in range(len(table) + 3):  # and keys beyond the table
-        writer.write(Kind.VALUE, key, CREATE_TIME + 1, a=1e6 + key)
+        writer.write(RecordKind.VALUE, key, CREATE_TIME + 1, a=1e6 + key)
     values = exported(monitor_of(writer), "driftwatch_tf_allocator_current_bytes")
     assert values == {
         (("device", "CPU:0"), ("run", "train")): 1e6,
@@ -106,7 +106,7 @@ def test_label_sets_per_series_are_capped_with_one_warning(
     with caplog.at_level(logging.WARNING):
         for _tick in range(2):
             for key in range(devices):
-                writer.write(Kind.VALUE, key, CREATE_TIME + 1, a=float(key))
+                writer.write(RecordKind.VALUE, key, CREATE_TIME + 1, a=float(key))
             values = exported(monitor, "driftwatch_tf_allocator_peak_bytes")
     assert sorted(values.values()) == [float(i) for i in range(MAX_LABEL_SETS)]
     warnings = [r.getMessage() for r in caplog.records if "label sets" in r.getMessage()]
@@ -119,7 +119,7 @@ def test_label_sets_per_series_are_capped_with_one_warning(
 def test_an_oversized_series_table_is_ignored(writer: ChannelWriter) -> None:
     pad = "x" * (1 << 20)
     writer.set_meta({SERIES_META: [["tf_allocator_peak_bytes", {"device": "CPU:0"}]], "p": pad})
-    writer.write(Kind.VALUE, 0, CREATE_TIME + 1, a=1.0)
+    writer.write(RecordKind.VALUE, 0, CREATE_TIME + 1, a=1.0)
     assert exported(monitor_of(writer), "driftwatch_tf_allocator_peak_bytes") == {}
 
 
@@ -127,7 +127,7 @@ def test_an_oversized_series_table_is_ignored(writer: ChannelWriter) -> None:
 def test_a_channel_planted_by_another_user_is_refused_with_one_warning(
     writer: ChannelWriter, caplog: pytest.LogCaptureFixture
 ) -> None:
-    writer.write(Kind.STEP, 1, CREATE_TIME + 1, a=0.5)
+    writer.write(RecordKind.STEP, 1, CREATE_TIME + 1, a=0.5)
     os.chown(writer.path, 65534, 65534)
     monitor = monitor_of(writer)  # watching a process of this user (root)
     with caplog.at_level(logging.WARNING):
@@ -145,7 +145,7 @@ def test_a_stalled_reader_costs_the_writer_nothing_and_counts_the_overrun(
     monitor = monitor_of(small)
     assert exported(monitor, "driftwatch_hook_records_lost_total") == {(("run", "train"),): 0.0}
     for step in range(1, 21):  # the monitor stalls: 20 records into a ring of 8
-        small.write(Kind.STEP, step, CREATE_TIME + step, a=0.5)
+        small.write(RecordKind.STEP, step, CREATE_TIME + step, a=0.5)
     assert small.dropped == 0  # every write went through
     assert exported(monitor, "driftwatch_hook_records_lost_total") == {(("run", "train"),): 12.0}
     assert exported(monitor, "driftwatch_train_step") == {(("run", "train"),): 20.0}

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from driftwatch.errors import SourceUnavailable
-from driftwatch.monitor import Monitor
+from driftwatch.runtime.monitor import Monitor
 from driftwatch.series import SERIES
 from driftwatch.sources import default_sources
 from driftwatch.sources.host import (
@@ -28,7 +28,7 @@ from driftwatch.sources.host import (
     parse_pressure,
     quota_set,
 )
-from driftwatch.target import Target
+from driftwatch.target.process import Target
 from tests.conftest import promtool_check_metrics, run_cli
 from tests.test_exporter import scrape
 

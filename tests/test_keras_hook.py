@@ -18,7 +18,7 @@ import pytest
 
 from driftwatch.channel.paths import channel_path
 from driftwatch.channel.ring import ChannelReader, Record
-from driftwatch.channel.wire import SERIES_META, Kind
+from driftwatch.channel.wire import SERIES_META, RecordKind
 from driftwatch.hook import core
 from tests.conftest import TF_ENV
 
@@ -58,7 +58,7 @@ def read_channel(directory: Path) -> tuple[list[Record], dict[str, Any]]:
 
 def values_of(records: list[Record], meta: dict[str, Any], series: str) -> list[float]:
     keys = {i for i, (name, _labels) in enumerate(meta[SERIES_META]) if name == series}
-    return [r.a for r in records if r.kind == Kind.VALUE and r.key in keys]
+    return [r.a for r in records if r.kind == RecordKind.VALUE and r.key in keys]
 
 
 def small_model(steps_per_execution: int = 1) -> Any:
@@ -99,7 +99,7 @@ def test_fit_records_every_step_epoch_and_validation(channel_dir: Path) -> None:
         x, y, batch_size=8, epochs=3, verbose=0, validation_split=0.2, callbacks=[callback]
     )
     records, meta = read_channel(channel_dir)
-    steps = [r for r in records if r.kind == Kind.STEP]
+    steps = [r for r in records if r.kind == RecordKind.STEP]
     # 16 training batches per epoch; the first of each epoch opens a period, the rest close one.
     assert len(steps) == 3 * 15
     assert callback.hook.global_step == 48
@@ -107,7 +107,7 @@ def test_fit_records_every_step_epoch_and_validation(channel_dir: Path) -> None:
     # Seconds a step and its time outside the step: any positive time (a loaded machine
     # stretched one of these ms-steps past a second in CI).
     assert all(0 < r.a < 60 and 0 <= r.b < r.a for r in steps), [(r.a, r.b) for r in steps]
-    epochs = [r for r in records if r.kind == Kind.EPOCH]
+    epochs = [r for r in records if r.kind == RecordKind.EPOCH]
     assert [r.key for r in epochs] == [0, 1, 2]
     assert all(0 < r.b < r.a for r in epochs)  # validation is part of the epoch
     assert values_of(records, meta, "tracing_count")[-1] == 0  # a plain fit: no retracing
@@ -129,7 +129,7 @@ def test_fit_with_async_dispatch(channel_dir: Path, monkeypatch: pytest.MonkeyPa
     small_model().fit(x, y, batch_size=8, epochs=2, verbose=0, callbacks=[callback])
     assert threading.get_ident() not in threads, "batch ends were not dispatched asynchronously"
     records, _ = read_channel(channel_dir)
-    assert len([r for r in records if r.kind == Kind.STEP]) == 2 * 9
+    assert len([r for r in records if r.kind == RecordKind.STEP]) == 2 * 9
     assert callback.hook.global_step == 20
 
 
@@ -140,7 +140,7 @@ def test_steps_per_execution(channel_dir: Path) -> None:
         x, y, batch_size=8, epochs=1, verbose=0, callbacks=[callback]
     )
     records, _ = read_channel(channel_dir)
-    steps = [r for r in records if r.kind == Kind.STEP]
+    steps = [r for r in records if r.kind == RecordKind.STEP]
     assert [r.key for r in steps] == [4, 8, 12, 16, 20, 24, 28]  # the last period stays open
     assert callback.hook.global_step == 32
 
@@ -200,7 +200,7 @@ def test_custom_loop_hook(channel_dir: Path) -> None:
     assert not hook.check_finite(math.nan, "loss")
     assert not hook.check_finite(np.array([1.0, np.inf]), "grads")
     records, meta = read_channel(channel_dir)
-    assert len([r for r in records if r.kind == Kind.STEP]) == 29
+    assert len([r for r in records if r.kind == RecordKind.STEP]) == 29
     assert values_of(records, meta, "tracing_count")[-1] == 0  # traced once, before the first read
     assert values_of(records, meta, "hook_nonfinite_total")[-1] == 2
     assert meta["first_nonfinite"] == {"step": 30, "name": "loss"}

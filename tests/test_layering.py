@@ -26,11 +26,11 @@ def test_attach_samples_a_process_without_optional_packages() -> None:
     result = run_python(
         """
 import os
-from driftwatch.monitor import Monitor
+from driftwatch.runtime.monitor import Monitor
 from driftwatch.sources.eventfiles import EventFileSource
 from driftwatch.sources.nvml import NvmlSource
 from driftwatch.sources.process import ProcessSource
-from driftwatch.target import Target
+from driftwatch.target.process import Target
 
 target = Target.attach(os.getpid())
 monitor = Monitor("self", target.info, [
@@ -48,7 +48,7 @@ print(snapshot.values[("rss_bytes", ())] > 0)
 
 def test_doctor_explains_missing_optional_packages() -> None:
     result = run_python(
-        "from driftwatch.cli import main\nsys.argv = ['driftwatch', 'doctor']\nmain()"
+        "from driftwatch.commands.cli import main\nsys.argv = ['driftwatch', 'doctor']\nmain()"
     )
     assert result.returncode == 0, result.stderr
     lines = {line.split()[1]: line for line in result.stdout.splitlines()}
@@ -62,7 +62,7 @@ def test_watching_event_files_never_imports_tensorflow() -> None:
         [
             sys.executable,
             "-c",
-            "import sys, driftwatch.cli\n"
+            "import sys, driftwatch.commands.cli\n"
             "from driftwatch.sources.eventfiles import describe\n"
             "describe()\n"
             "print(sorted(m for m in ('tensorflow', 'keras', 'pynvml') if m in sys.modules))",

@@ -25,7 +25,7 @@ import pytest
 import yaml
 from referencing import Registry, Resource
 
-from driftwatch import bundle
+from driftwatch.commands import bundle
 from tests.conftest import REPO, promtool_check_rules
 
 DEPLOY = REPO / "deploy"

@@ -10,7 +10,7 @@ from driftwatch.detect import Engine, Evaluation
 from driftwatch.detect.basic import NonFiniteDetector, StallDetector
 from driftwatch.errors import SourceUnavailable, TargetGone
 from driftwatch.findings import Finding, Severity
-from driftwatch.monitor import (
+from driftwatch.runtime.monitor import (
     FAST_EVENT_FILE_RATE,
     FAST_HOLD_SECONDS,
     FAST_INTERVAL,
@@ -21,10 +21,10 @@ from driftwatch.monitor import (
     Monitor,
     watch,
 )
+from driftwatch.runtime.snapshot import Snapshot
+from driftwatch.runtime.store import Store
 from driftwatch.series import Sample
-from driftwatch.snapshot import Snapshot
-from driftwatch.store import Store
-from driftwatch.target import TargetInfo
+from driftwatch.target.process import TargetInfo
 
 INFO = TargetInfo(1234, 1.0, "python", ("python", "train.py"), "ml", 1000)
 

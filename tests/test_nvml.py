@@ -11,11 +11,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from driftwatch.errors import SourceUnavailable
 from driftwatch.export.prometheus import DriftwatchCollector
-from driftwatch.monitor import Monitor
+from driftwatch.runtime.monitor import Monitor
 from driftwatch.series import SERIES, Sample
 from driftwatch.sources.nvml import NvmlSource, describe
 from driftwatch.sources.nvml_queries import THROTTLE_REASONS
-from driftwatch.target import TargetInfo
+from driftwatch.target.process import TargetInfo
 from tests.fake_pynvml import (
     CONSTANTS,
     ERROR_CODES,

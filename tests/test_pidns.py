@@ -7,10 +7,10 @@ import os
 import signal
 from pathlib import Path
 
-from driftwatch.pidns import ProcessId, find_process, identify
 from driftwatch.sources import default_sources
 from driftwatch.sources.hook import HookSource
-from driftwatch.target import Target
+from driftwatch.target.pidns import ProcessId, find_process, identify
+from driftwatch.target.process import Target
 from tests.conftest import (
     CONTAINED_HOOK,
     in_pid_namespace,
@@ -21,7 +21,7 @@ from tests.conftest import (
 
 IDENTIFY_ITSELF = """
 import json, os, sys
-from driftwatch.pidns import identify
+from driftwatch.target.pidns import identify
 print(json.dumps(identify(os.getpid())), flush=True)
 sys.stdin.readline()
 """

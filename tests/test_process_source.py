@@ -12,7 +12,7 @@ import pytest
 from driftwatch.errors import TargetGone
 from driftwatch.series import SERIES
 from driftwatch.sources.process import ProcessSource
-from driftwatch.target import Target
+from driftwatch.target.process import Target
 
 # A child that grows its heap by 64 MiB and writes 1 MiB into a pipe each time it reads a line.
 GROWER = """

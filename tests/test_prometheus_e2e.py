@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from driftwatch.launch import child_environment
+from driftwatch.commands.launch import child_environment
 from tests.conftest import EXAMPLES, REPO, TF_ENV, wait_for
 from tests.metric_names import recorded
 from tests.test_dashboards import DASHBOARDS, EXAMPLE_VALUES, expand, queries

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from driftwatch import bundle
+from driftwatch.commands import bundle
 from driftwatch.findings import KINDS
 from tests.conftest import REPO
 from tests.metric_names import exported, recorded, referenced, rules

@@ -16,7 +16,7 @@ import json
 import numpy as np
 import pytest
 
-from driftwatch.detect.slowdown import SlowdownDetector
+from driftwatch.detect.slowdown.live import SlowdownDetector
 from driftwatch.series import Sample
 from tests.test_slowdown_restep import RECORDINGS, T0, recorded_steps, reports
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from driftwatch.detect.slowdown import SlowdownDetector
+from driftwatch.detect.slowdown.live import SlowdownDetector
 from driftwatch.findings import Finding, Severity
 from driftwatch.series import Sample
 

@@ -14,9 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from driftwatch.detect.host_memory import HostMemoryDetector
-from driftwatch.detect.memory_trends import fresh_rises
-from driftwatch.detect.startup import (
+from driftwatch.detect.memory.host import HostMemoryDetector
+from driftwatch.detect.memory.startup import (
     LOADING_SERIES,
     QUIET_CPU_SECONDS,
     QUIET_FILE_BYTES,
@@ -26,6 +25,7 @@ from driftwatch.detect.startup import (
     STARTUP_MAX_CPU_SECONDS,
     Loading,
 )
+from driftwatch.detect.memory.trends import fresh_rises
 from driftwatch.findings import Severity
 from driftwatch.series import Sample
 from tests.test_detectors import GIB, MIB, T0, first_report, growing, whole_run

@@ -6,8 +6,16 @@ import tracemalloc
 
 import pytest
 
+from driftwatch.runtime.store import (
+    DEFAULT_TIERS,
+    Ring,
+    SeriesHistory,
+    Store,
+    Tier,
+    TierSpec,
+    cascade,
+)
 from driftwatch.series import Sample
-from driftwatch.store import DEFAULT_TIERS, Ring, SeriesHistory, Store, Tier, TierSpec, cascade
 
 
 def test_ring_keeps_the_newest_rows_in_order() -> None:

@@ -1,6 +1,7 @@
-"""The package's shape: no import cycle, modules of one concept and a readable size, the
-layering rules of ``pyproject.toml`` hold (and catch a breach), and ``docs/architecture.md``
-names every module, and only modules that exist."""
+"""The package's shape: no import cycle, every class name used once, modules of one concept
+and a readable size, the layering rules of ``pyproject.toml`` hold (and catch a breach, and a
+package that was given no layer), and ``docs/architecture.md`` names every module, and only
+modules that exist."""
 
 from __future__ import annotations
 
@@ -98,12 +99,21 @@ def test_no_import_cycle_among_the_package_modules() -> None:
     assert cycles(graph) == []
 
 
+def test_every_class_name_is_used_once_in_the_package() -> None:
+    defined: dict[str, list[str]] = {}
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                defined.setdefault(node.name, []).append(name)
+    assert {name: where for name, where in defined.items() if len(where) > 1} == {}
+
+
 def test_every_module_is_short_and_the_cli_is_wiring() -> None:
     lengths = {
         name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in modules().items()
     }
     assert {name: n for name, n in lengths.items() if n > MAX_LINES} == {}
-    assert lengths["driftwatch.cli"] < MAX_CLI_LINES
+    assert lengths["driftwatch.commands.cli"] < MAX_CLI_LINES
 
 
 def run_tool(tool: str, *args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
@@ -126,20 +136,19 @@ def test_the_layering_rules_hold() -> None:
 @pytest.mark.parametrize(
     ("module", "line", "tool", "needle"),
     [
-        ("detect/stats.py", "import driftwatch.monitor", "lint-imports", "BROKEN"),
-        ("monitor.py", "import driftwatch.history", "lint-imports", "BROKEN"),
-        ("sources/process.py", "import driftwatch.session", "lint-imports", "BROKEN"),
-        ("monitor.py", "from driftwatch.hook import Hook", "ruff", "TID251"),
+        ("detect/stats.py", "import driftwatch.runtime.monitor", "lint-imports", "BROKEN"),
+        ("runtime/monitor.py", "import driftwatch.history", "lint-imports", "BROKEN"),
+        ("sources/process.py", "import driftwatch.commands.session", "lint-imports", "BROKEN"),
+        ("detect/memory/drift.py", "import driftwatch.detect.slowdown.live", "lint-imports", "BROKEN"),
+        ("runtime/monitor.py", "from driftwatch.hook import Hook", "ruff", "TID251"),
         ("daemon/agent.py", "from driftwatch.hook.core import Hook", "ruff", "TID251"),
-        ("store.py", "import tensorflow", "ruff", "TID251"),
+        ("runtime/store.py", "import tensorflow", "ruff", "TID251"),
     ],
 )
 def test_a_breach_of_the_layering_rules_is_caught(
     tmp_path: Path, module: str, line: str, tool: str, needle: str
 ) -> None:
-    shutil.copytree(PACKAGE, tmp_path / "driftwatch", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(ROOT / "pyproject.toml", tmp_path)
-    breached = tmp_path / "driftwatch" / module
+    breached = copy_of_the_package(tmp_path) / module
     breached.write_text(breached.read_text(encoding="utf-8") + f"\n{line}  # noqa: F401\n")
     if tool == "ruff":
         result = run_tool("ruff", "check", "--no-cache", "--select", "TID251", ".", cwd=tmp_path)
@@ -147,6 +156,22 @@ def test_a_breach_of_the_layering_rules_is_caught(
         result = run_tool("lint-imports", "--no-cache", cwd=tmp_path)
     assert result.returncode != 0
     assert needle in result.stdout
+
+
+def copy_of_the_package(tmp_path: Path) -> Path:
+    shutil.copytree(PACKAGE, tmp_path / "driftwatch", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    return tmp_path / "driftwatch"
+
+
+@pytest.mark.parametrize("package", ["uploads", "detect/uploads"])
+def test_a_package_given_no_layer_breaks_the_layering_rules(tmp_path: Path, package: str) -> None:
+    added = copy_of_the_package(tmp_path) / package
+    added.mkdir()
+    (added / "__init__.py").write_text('"""A concept added later."""\n', encoding="utf-8")
+    result = run_tool("lint-imports", "--no-cache", cwd=tmp_path)
+    assert result.returncode != 0
+    assert package.replace("/", ".") in result.stdout
 
 
 def test_the_architecture_names_every_module_and_only_files_that_exist() -> None:

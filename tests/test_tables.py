@@ -13,7 +13,7 @@ import driftwatch
 from driftwatch.findings import KINDS, Finding, Severity
 from driftwatch.report.build import _PANELS
 from driftwatch.series import SERIES, WATCHED
-from driftwatch.view import _SUMMARY_LINES, _VIEW_ROWS
+from driftwatch.view.terminal import _SUMMARY_LINES, _VIEW_ROWS
 
 PACKAGE = Path(driftwatch.__file__).parent
 DETECT = PACKAGE / "detect"

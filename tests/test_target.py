@@ -10,7 +10,7 @@ import psutil
 import pytest
 
 from driftwatch.errors import TargetGone, TargetZombie
-from driftwatch.target import Target, default_run_name, redact_command
+from driftwatch.target.process import Target, default_run_name, redact_command
 from tests.conftest import WITHOUT_PTRACE, unused_pid, wait_for
 
 
@@ -91,7 +91,7 @@ def test_another_users_process_without_privileges_is_access_denied(
     code = (
         "import sys\n"
         "from driftwatch.errors import TargetAccessDenied\n"
-        "from driftwatch.target import Target\n"
+        "from driftwatch.target.process import Target\n"
         "try:\n"
         f"    Target.attach({nobodys_sleeper.pid})\n"
         "except TargetAccessDenied as err:\n"
@@ -263,7 +263,7 @@ def test_open_paths_find_new_descriptors_at_once_and_reused_numbers_at_the_full_
         assert child.stdout.readline() == reused  # the first file's number, now the third's
         # As many descriptors as before: not listed again until the full read.
         assert os.path.realpath(first) in target.open_paths()
-        monkeypatch.setattr("driftwatch.target.LINKS_REREAD_SECONDS", 0.0)
+        monkeypatch.setattr("driftwatch.target.process.LINKS_REREAD_SECONDS", 0.0)
         paths = target.open_paths()
         assert os.path.realpath(third) in paths
         assert os.path.realpath(first) not in paths

@@ -11,10 +11,10 @@ import pytest
 from rich.console import Console
 from rich.live import Live
 
+from driftwatch.runtime.snapshot import Snapshot, SourceStatus
+from driftwatch.runtime.store import Store
 from driftwatch.series import Sample, SeriesKey
-from driftwatch.snapshot import Snapshot, SourceStatus
-from driftwatch.store import Store
-from driftwatch.view import LiveView, PlainView, render_summary, signal_rows
+from driftwatch.view.terminal import LiveView, PlainView, render_summary, signal_rows
 from tests.conftest import run_cli
 from tests.test_monitor import INFO
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from driftwatch.demo import examples
+from driftwatch.commands.demo import examples
 from tests.conftest import EXAMPLES, REPO, TF_ENV
 from tests.test_run import as_from_a_terminal
 
@@ -107,7 +107,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
 
 def test_the_wheel_lists_the_examples_from_its_own_copy(installed: Installed) -> None:
     probe = (
-        "import json, sys, driftwatch, driftwatch.demo as demo\n"
+        "import json, sys, driftwatch, driftwatch.commands.demo as demo\n"
         "names = [example.name for example in demo.examples()]\n"
         "print(json.dumps({'package': driftwatch.__file__, 'examples': str(demo.EXAMPLES_DIR),"
         " 'names': names, 'modules': sorted(sys.modules)}))\n"

@@ -195,7 +195,7 @@ def time_cli(path: Path) -> tuple[Timing, list[dict[str, object]]]:
 
 def profile(path: Path, top: int) -> None:
     """cProfile of the analysis in this process, sorted by own time."""
-    from driftwatch.analyze import analyze
+    from driftwatch.commands.analyze import analyze
 
     profiler = cProfile.Profile()
     profiler.enable()

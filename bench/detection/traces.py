@@ -47,7 +47,7 @@ from typing import Literal
 
 import numpy as np
 
-from driftwatch.options import DEFAULT_INTERVAL
+from driftwatch.commands.options import DEFAULT_INTERVAL
 from driftwatch.series import Labels, Sample
 
 T0 = 1_700_000_000.0

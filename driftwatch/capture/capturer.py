@@ -37,10 +37,10 @@ from driftwatch.channel.requests import TraceRequest, write_request
 from driftwatch.channel.wire import CaptureStatus
 from driftwatch.errors import DriftwatchError
 from driftwatch.findings import Finding, Severity
-from driftwatch.snapshot import Snapshot
+from driftwatch.runtime.snapshot import Snapshot
+from driftwatch.runtime.store import Store
 from driftwatch.sources.hook import CaptureAnswer, HookSource
-from driftwatch.store import Store
-from driftwatch.target import TargetInfo
+from driftwatch.target.process import TargetInfo
 
 log = logging.getLogger(__name__)
 

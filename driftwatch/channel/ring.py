@@ -14,8 +14,8 @@ an abandoned channel from a live one (``writer_alive``), whichever PID namespace
 is in.
 
 The PID is the writer's own, which is not the node's when the writer runs in a container;
-the header therefore also names the writer as a ``driftwatch.pidns.ProcessId``, which a
-node agent maps to the process it sees (``driftwatch.pidns.find_process``).
+the header therefore also names the writer as a ``driftwatch.target.pidns.ProcessId``, which a
+node agent maps to the process it sees (``driftwatch.target.pidns.find_process``).
 
 Format, version 2, little-endian throughout::
 
@@ -80,7 +80,7 @@ from driftwatch.channel.paths import (
     remove_channel,
     runtime_dir,
 )
-from driftwatch.pidns import ProcessId, identify
+from driftwatch.target.pidns import ProcessId, identify
 
 log = logging.getLogger(__name__)
 

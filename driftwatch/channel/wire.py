@@ -22,7 +22,7 @@ from __future__ import annotations
 import enum
 
 
-class Kind(enum.IntEnum):
+class RecordKind(enum.IntEnum):
     STEP = 1
     VALUE = 2
     EPOCH = 3
@@ -38,8 +38,8 @@ class CaptureStatus(enum.IntEnum):
 
 
 VALUE_SERIES: dict[int, tuple[str, str]] = {
-    Kind.STEP: ("step_seconds", "step_gap_seconds"),
-    Kind.EPOCH: ("epoch_seconds", "validation_seconds"),
+    RecordKind.STEP: ("step_seconds", "step_gap_seconds"),
+    RecordKind.EPOCH: ("epoch_seconds", "validation_seconds"),
 }
 """The series of a record's two values (``a``, ``b``), by kind (``VALUE``: see the module)."""
 SERIES_META = "series"

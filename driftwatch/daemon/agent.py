@@ -47,11 +47,11 @@ from driftwatch.detect.catalog import default_engine
 from driftwatch.errors import TargetError, TargetGone, UsageError
 from driftwatch.findings import Finding
 from driftwatch.history.writer import History
-from driftwatch.monitor import Cadence, Monitor, Pacer
-from driftwatch.snapshot import Snapshot
+from driftwatch.runtime.monitor import Cadence, Monitor, Pacer
+from driftwatch.runtime.snapshot import Snapshot
 from driftwatch.sources import default_sources
 from driftwatch.sources.host import NodePressure
-from driftwatch.target import Target, default_run_name
+from driftwatch.target.process import Target, default_run_name
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from driftwatch.errors import UsageError
-from driftwatch.monitor import check_interval
+from driftwatch.runtime.monitor import check_interval
 
 DEFAULT_INTERVAL = 2.0
 """Seconds between two discoveries, and between two samples of a settled target."""

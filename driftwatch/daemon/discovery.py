@@ -35,8 +35,8 @@ from driftwatch.channel.paths import (
 from driftwatch.channel.ring import ChannelReader, read_meta, writer_alive
 from driftwatch.daemon.config import Config
 from driftwatch.errors import TargetAccessDenied, TargetGone
-from driftwatch.pidns import find_process, start_ticks
-from driftwatch.target import CLOCK_TICKS, Target, read_proc_file
+from driftwatch.target.pidns import find_process, start_ticks
+from driftwatch.target.process import CLOCK_TICKS, Target, read_proc_file
 
 log = logging.getLogger(__name__)
 

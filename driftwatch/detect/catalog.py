@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from driftwatch.detect import Detector, Engine
 from driftwatch.detect.basic import NonFiniteDetector, StallDetector
-from driftwatch.detect.causes import CauseRanker
+from driftwatch.detect.causes.ranker import CauseRanker
 from driftwatch.detect.gpu_utilization import LowGpuUtilizationDetector
 from driftwatch.detect.growth import growth_detectors
-from driftwatch.detect.host_memory import HostMemoryDetector
 from driftwatch.detect.input_bound import InputBoundDetector
-from driftwatch.detect.memory import AllocatorMemoryDetector, MemoryDriftDetector
+from driftwatch.detect.memory.drift import AllocatorMemoryDetector, MemoryDriftDetector
+from driftwatch.detect.memory.host import HostMemoryDetector
 from driftwatch.detect.periodic_stalls import PeriodicStallDetector
 from driftwatch.detect.slow_callbacks import SlowCallbackDetector
-from driftwatch.detect.slowdown import SlowdownDetector
+from driftwatch.detect.slowdown.live import SlowdownDetector
 
 
 def memory_detectors() -> list[Detector]:

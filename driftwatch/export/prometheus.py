@@ -17,8 +17,8 @@ from prometheus_client.registry import Collector
 from driftwatch import __version__
 from driftwatch.export.exposition import Family, metrics_wsgi_app
 from driftwatch.findings import worst_per_kind
-from driftwatch.series import SERIES, Kind, Scope
-from driftwatch.snapshot import Snapshot
+from driftwatch.runtime.snapshot import Snapshot
+from driftwatch.series import SERIES, MetricType, Scope
 
 RUN_LABEL = "run"
 COMMAND_LABEL_LIMIT = 200
@@ -69,7 +69,7 @@ class DriftwatchCollector(Collector):
                 continue
             per_run = spec.scope is Scope.RUN
             label_names = [RUN_LABEL, *spec.label_names] if per_run else list(spec.label_names)
-            kind = "counter" if spec.kind is Kind.COUNTER else "gauge"
+            kind = "counter" if spec.kind is MetricType.COUNTER else "gauge"
             family = Family(spec.metric, spec.help, kind, label_names)
             seen: set[tuple[str, ...]] = set()
             for run, label_values, value in values:

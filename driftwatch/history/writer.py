@@ -42,10 +42,10 @@ from driftwatch import __version__
 from driftwatch.errors import HistoryError
 from driftwatch.findings import Finding, worst_per_kind
 from driftwatch.history.schema import connect_for_writing
+from driftwatch.runtime.snapshot import Snapshot
+from driftwatch.runtime.store import DEFAULT_TIERS, Bucket, StoreView, TierSpec
 from driftwatch.series import Labels, SeriesKey
-from driftwatch.snapshot import Snapshot
-from driftwatch.store import DEFAULT_TIERS, Bucket, StoreView, TierSpec
-from driftwatch.target import TargetInfo
+from driftwatch.target.process import TargetInfo
 from driftwatch.units import human_bytes
 
 log = logging.getLogger(__name__)

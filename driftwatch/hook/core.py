@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 from driftwatch.channel.env import RUN_ENV
 from driftwatch.channel.ring import ChannelWriter, NullWriter, open_writer
-from driftwatch.channel.wire import RUNTIME_META, SERIES_META, Kind
+from driftwatch.channel.wire import RUNTIME_META, SERIES_META, RecordKind
 from driftwatch.hook.probes import Reading, TensorflowProbes
 from driftwatch.hook.trace import ProfilerTraces
 from driftwatch.series import Labels
 from driftwatch.series.training import MAX_NONFINITE_NAMES, nonfinite_role
-from driftwatch.target import default_run_name
+from driftwatch.target.process import default_run_name
 
 if TYPE_CHECKING:
     from driftwatch.export.http import TlsConfig
@@ -162,7 +162,7 @@ class Hook:
             closed = self._period_steps
             self._periods_seconds += now - start
             self._writer.write(
-                Kind.STEP,
+                RecordKind.STEP,
                 self.global_step,
                 self._wall0 + (now - self._perf0),
                 (now - start) / closed,
@@ -188,7 +188,7 @@ class Hook:
         self._idle_since = math.nan
 
     def epoch_ended(self, epoch: int, seconds: float, validation_seconds: float) -> None:
-        self._writer.write(Kind.EPOCH, epoch, self._wall(), seconds, validation_seconds)
+        self._writer.write(RecordKind.EPOCH, epoch, self._wall(), seconds, validation_seconds)
 
     def check_finite(self, value: Any, name: str = "loss", role: str | None = None) -> bool:
         """Whether a host value (float, NumPy array) is all finite; counts and reports it.
@@ -310,7 +310,7 @@ class Hook:
                 assert isinstance(series_list, list)
                 series_list.append([series, dict(labels)])
                 self._writer.set_meta(self._meta)  # before any record refers to the key
-            self._writer.write(Kind.VALUE, key, t, value)
+            self._writer.write(RecordKind.VALUE, key, t, value)
 
 
 _shared: Hook | None = None

@@ -11,15 +11,15 @@ import os
 import threading
 
 from driftwatch.channel.ring import ChannelWriter, NullWriter
+from driftwatch.commands.session import Session, SessionOptions
 from driftwatch.errors import DriftwatchError
 from driftwatch.export.http import TlsConfig, parse_listen
-from driftwatch.monitor import Monitor, watch
-from driftwatch.session import Session, SessionOptions
-from driftwatch.snapshot import Snapshot
+from driftwatch.runtime.monitor import Monitor, watch
+from driftwatch.runtime.snapshot import Snapshot
 from driftwatch.sources import Source
 from driftwatch.sources.hook import HookSource
 from driftwatch.sources.process import ProcessSource
-from driftwatch.target import Target
+from driftwatch.target.process import Target
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from typing import Any
 from driftwatch.channel.paths import traces_dir
 from driftwatch.channel.requests import RequestWatch, TraceRequest
 from driftwatch.channel.ring import ChannelWriter
-from driftwatch.channel.wire import CAPTURE_META, CaptureStatus, Kind
+from driftwatch.channel.wire import CAPTURE_META, CaptureStatus, RecordKind
 
 log = logging.getLogger(__name__)
 
@@ -119,4 +119,4 @@ class ProfilerTraces:
             log.info("driftwatch: profiler trace %d not taken: %s", request.id, error)
             meta[CAPTURE_META] = {"id": request.id, "status": int(status), "error": error}
             self._writer.set_meta(meta)  # before the record that points at it
-        self._writer.write(Kind.CAPTURE, request.id, time.time(), float(status), float(steps))
+        self._writer.write(RecordKind.CAPTURE, request.id, time.time(), float(status), float(steps))

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from driftwatch.capture.store import list_captures, run_dir, trace_logdir
+from driftwatch.detect.goodput import Breakdown
 from driftwatch.detect.stats import theil_sen
-from driftwatch.goodput import Breakdown
 from driftwatch.history.reader import HistoryReader, StoredBucket
 from driftwatch.report.model import Line, Panel, Point, Report, SeriesSummary, TrendLine
 from driftwatch.series import WATCHED, Labels, SeriesKey

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from driftwatch.capture.store import Capture
-from driftwatch.goodput import Breakdown
+from driftwatch.detect.goodput import Breakdown
 from driftwatch.history.reader import RunRecord, StoredFinding
 from driftwatch.series import Labels
 from driftwatch.units import human_bytes, human_seconds

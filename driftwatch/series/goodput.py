@@ -1,9 +1,9 @@
 """Goodput: where the run's wall time went, by phase, settled from its step records
-(driftwatch/goodput.py; docs/goodput.md)."""
+(driftwatch/detect/goodput.py; docs/goodput.md)."""
 
 from __future__ import annotations
 
-from driftwatch.series.spec import Kind, SeriesSpec
+from driftwatch.series.spec import MetricType, SeriesSpec
 
 GOODPUT: dict[str, SeriesSpec] = {
     "wall_seconds": SeriesSpec(
@@ -12,7 +12,7 @@ GOODPUT: dict[str, SeriesSpec] = {
         "the first step), periodic_stall (checkpoints, validation, other pauses), stalled (no "
         "step for longer than the stall limit), host_overhead (between steps: callbacks, "
         "input, host work). Counted as steps settle it.",
-        Kind.COUNTER,
+        MetricType.COUNTER,
         label_names=("phase",),
     ),
     "goodput_ratio": SeriesSpec(

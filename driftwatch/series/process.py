@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from driftwatch.series.spec import Kind, SeriesSpec
+from driftwatch.series.spec import MetricType, SeriesSpec
 
 PROCESS: dict[str, SeriesSpec] = {
     "rss_bytes": SeriesSpec(
@@ -11,7 +11,7 @@ PROCESS: dict[str, SeriesSpec] = {
     "cpu_seconds": SeriesSpec(
         "driftwatch_process_cpu_seconds_total",
         "User and system CPU time of the target.",
-        Kind.COUNTER,
+        MetricType.COUNTER,
     ),
     "memory_limit_bytes": SeriesSpec(
         "driftwatch_process_memory_limit_bytes",
@@ -22,22 +22,22 @@ PROCESS: dict[str, SeriesSpec] = {
     "read_bytes": SeriesSpec(
         "driftwatch_process_read_bytes_total",
         "Bytes the target caused to be read from storage.",
-        Kind.COUNTER,
+        MetricType.COUNTER,
     ),
     "write_bytes": SeriesSpec(
         "driftwatch_process_write_bytes_total",
         "Bytes the target caused to be written to storage.",
-        Kind.COUNTER,
+        MetricType.COUNTER,
     ),
     "read_syscall_bytes": SeriesSpec(
         "driftwatch_process_read_syscall_bytes_total",
         "Bytes the target passed through read-like system calls (files, sockets, pipes).",
-        Kind.COUNTER,
+        MetricType.COUNTER,
     ),
     "write_syscall_bytes": SeriesSpec(
         "driftwatch_process_write_syscall_bytes_total",
         "Bytes the target passed through write-like system calls (files, sockets, pipes).",
-        Kind.COUNTER,
+        MetricType.COUNTER,
     ),
     "nondisk_write_bytes": SeriesSpec(
         "driftwatch_process_nondisk_write_bytes",

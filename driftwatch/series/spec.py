@@ -18,7 +18,7 @@ RUNTIME_LABELS = ("keras", "python", "tensorflow")
 """The versions ``runtime_info`` carries, as label names (sorted, like every ``Labels``)."""
 
 
-class Kind(enum.Enum):
+class MetricType(enum.Enum):
     GAUGE = "gauge"
     COUNTER = "counter"
 
@@ -41,7 +41,7 @@ class Export(enum.Enum):
 class SeriesSpec:
     metric: str
     help: str
-    kind: Kind = Kind.GAUGE
+    kind: MetricType = MetricType.GAUGE
     scope: Scope = Scope.RUN
     export: Export = Export.LAST
     label_names: tuple[str, ...] = ()

@@ -3,7 +3,7 @@ tracing and non-finite values (driftwatch/sources/eventfiles.py, scalars.py, hoo
 
 from __future__ import annotations
 
-from driftwatch.series.spec import RUNTIME_LABELS, Export, Kind, SeriesSpec
+from driftwatch.series.spec import RUNTIME_LABELS, Export, MetricType, SeriesSpec
 
 TRAINING: dict[str, SeriesSpec] = {
     # TensorBoard event files
@@ -72,34 +72,34 @@ TRAINING: dict[str, SeriesSpec] = {
         "driftwatch_tf_function_traces_total",
         "Times TensorFlow traced the watched train functions again after driftwatch first "
         "read them (retracing when it keeps rising).",
-        Kind.COUNTER,
+        MetricType.COUNTER,
     ),
     "retracing_warnings_total": SeriesSpec(
         "driftwatch_tf_retracing_warnings_total",
         "TensorFlow retracing warnings the job printed (driftwatch run only).",
-        Kind.COUNTER,
+        MetricType.COUNTER,
     ),
     "hook_nonfinite_total": SeriesSpec(
         "driftwatch_hook_nonfinite_values_total",
         "Non-finite (NaN or infinite) losses, metrics or weights the hook has seen.",
-        Kind.COUNTER,
+        MetricType.COUNTER,
     ),
     "nonfinite_by_name_total": SeriesSpec(
         "driftwatch_nonfinite_values_by_name_total",
         "Non-finite values by what held them: the hook's checked name (loss, a metric, a "
         "weight) or an event-file tag, and its role (loss, metric or weights).",
-        Kind.COUNTER,
+        MetricType.COUNTER,
         label_names=("name", "role"),
     ),
     "hook_records_lost_total": SeriesSpec(
         "driftwatch_hook_records_lost_total",
         "Hook records overwritten before driftwatch read them (the reader fell behind).",
-        Kind.COUNTER,
+        MetricType.COUNTER,
     ),
     "nonfinite_total": SeriesSpec(
         "driftwatch_nonfinite_values_total",
         "Non-finite (NaN or infinite) scalar values seen in the run's logs.",
-        Kind.COUNTER,
+        MetricType.COUNTER,
     ),
 }
 

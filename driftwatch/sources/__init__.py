@@ -18,7 +18,7 @@ from driftwatch.sources.hook import HookSource
 from driftwatch.sources.host import HostSource, NodePressure
 from driftwatch.sources.nvml import NvmlSource
 from driftwatch.sources.process import ProcessSource
-from driftwatch.target import Target
+from driftwatch.target.process import Target
 
 
 class Source(Protocol):

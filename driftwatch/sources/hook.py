@@ -19,7 +19,7 @@ from driftwatch.channel.wire import (
     SERIES_META,
     VALUE_SERIES,
     CaptureStatus,
-    Kind,
+    RecordKind,
 )
 from driftwatch.series import (
     MAX_LABEL_SETS,
@@ -124,14 +124,14 @@ class HookSource:
         samples: list[Sample] = []
         last_step = None
         for record in records:
-            if record.kind == Kind.VALUE:
+            if record.kind == RecordKind.VALUE:
                 series = self._series_at(reader, record.key)
                 if series is not None:
                     samples.append(Sample(series[0], record.a, record.t, series[1]))
                 continue
-            if record.kind == Kind.STEP:
+            if record.kind == RecordKind.STEP:
                 last_step = record
-            elif record.kind == Kind.CAPTURE:
+            elif record.kind == RecordKind.CAPTURE:
                 self._answers.append(self._answer(reader, record))
                 continue
             if (names := VALUE_SERIES.get(record.kind)) is not None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 
 from driftwatch.series import Sample
-from driftwatch.target import Target, read_proc_file, translate_psutil
+from driftwatch.target.process import Target, read_proc_file, translate_psutil
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 UNLIMITED = 1 << 62  # cgroup v1 writes "no limit" as a huge page-rounded number

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import psutil
 
 from driftwatch.errors import TargetAccessDenied, TargetGone, TargetZombie
-from driftwatch.pidns import innermost_pid, start_ticks
+from driftwatch.target.pidns import innermost_pid, start_ticks
 
 _SECRET_WORD = (
     r"(?:pass(?:word|wd|phrase)?|secret|token|api[_-]?key|access[_-]?key|private[_-]?key"

@@ -14,16 +14,16 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from driftwatch.commands.session import SessionOptions, WatchOptions, watch_job
 from driftwatch.errors import UsageError
 from driftwatch.export.http import parse_listen
 from driftwatch.history.reader import HistoryReader
-from driftwatch.monitor import check_interval
 from driftwatch.report.build import build as build_report
 from driftwatch.report.html import render as render_html
-from driftwatch.session import SessionOptions, WatchOptions, watch_job
+from driftwatch.runtime.monitor import check_interval
 
-EXAMPLES_DIR = Path(__file__).resolve().parent / "examples"
-"""Where the examples are: beside this module, in the installed package."""
+EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
+"""Where the examples are: in the installed package, beside this package."""
 DEFAULT_EXAMPLE = "slow_and_diverging"
 """Short, with two problems: a callback that gets slower and a loss that turns NaN."""
 

@@ -18,7 +18,7 @@ from dataclasses import replace
 import numpy as np
 
 from driftwatch.causes import CAUSES, RankedCause, numbers_said
-from driftwatch.detect.cause_scores import SCORERS, Scorer
+from driftwatch.detect.causes.scores import SCORERS, Scorer
 from driftwatch.detect.stats import FloatArray
 from driftwatch.findings import Finding
 from driftwatch.series import Labels, Sample
@@ -59,7 +59,7 @@ RATES = frozenset(
         "read_bytes",
     }
 )
-"""Signals judged by their rate per second (counters, and totals that only grow)."""
+"""TrackedSignals judged by their rate per second (counters, and totals that only grow)."""
 LEVELS = frozenset(
     {
         "step_seconds",
@@ -74,7 +74,7 @@ LEVELS = frozenset(
         "gpu_sm_clock_max_hertz",
     }
 )
-"""Signals judged by their mean level."""
+"""TrackedSignals judged by their mean level."""
 PER_STEP = frozenset({"step_seconds", "step_gap_seconds"})
 """Levels averaged per sample (one a train-function call: their means' ratio is a share of
 time); the others are averaged over time, each sample weighted by the time since the last."""
@@ -195,7 +195,7 @@ class _Track:
         return float(grown / spent) if spent > 0 else math.nan
 
 
-class Signals:
+class TrackedSignals:
     """What each signal did over two sides of a comparison (before and after)."""
 
     def __init__(self, tracks: dict[tuple[str, Labels], _Track], before: Windows, after: Windows):
@@ -302,7 +302,7 @@ class CauseRanker:
         """The causes that score ``LEAST_SCORE`` or more, highest first (ties: table order)."""
         if not before or not after:
             return ()
-        signals = Signals(self._tracks, before, after)
+        signals = TrackedSignals(self._tracks, before, after)
         found = [c for score in self._scorers for c in score(signals) if c.score >= LEAST_SCORE]
         order = list(CAUSES)
         found.sort(key=lambda c: (-c.score, order.index(c.cause)))

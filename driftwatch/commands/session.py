@@ -27,18 +27,24 @@ from rich.live import Live
 
 from driftwatch.capture.capturer import capturer_for
 from driftwatch.channel.paths import process_channel, remove_channel
+from driftwatch.commands.launch import (
+    StderrPump,
+    child_environment,
+    exit_code,
+    forwarding_signals,
+    launch,
+)
 from driftwatch.detect.catalog import default_engine
 from driftwatch.errors import TargetGone, UsageError
 from driftwatch.export.http import MetricsServer
 from driftwatch.export.prometheus import metrics_app
 from driftwatch.findings import Finding
 from driftwatch.history.writer import DEFAULT_RETENTION, History
-from driftwatch.launch import StderrPump, child_environment, exit_code, forwarding_signals, launch
-from driftwatch.monitor import Monitor, watch
-from driftwatch.snapshot import Sink, Snapshot
+from driftwatch.runtime.monitor import Monitor, watch
+from driftwatch.runtime.snapshot import Sink, Snapshot
 from driftwatch.sources import Source, default_sources
-from driftwatch.target import Target, TargetInfo, default_run_name
-from driftwatch.view import LiveView, PlainView, render_summary
+from driftwatch.target.process import Target, TargetInfo, default_run_name
+from driftwatch.view.terminal import LiveView, PlainView, render_summary
 
 PRINT_SLACK = 0.9
 """A plain line is printed once this share of the interval has passed since the last one."""
@@ -197,7 +203,7 @@ class WatchOptions:
 
 
 @dataclass(frozen=True)
-class Watched:
+class WatchResult:
     """How watching one run went: its monitor, why it ended (``None``: stopped) and when
     watching started."""
 
@@ -213,7 +219,7 @@ def watch_one(
     sources: Sequence[Source],
     interval: float,
     stop: threading.Event,
-) -> Watched:
+) -> WatchResult:
     """Watch one run with a session of its own, the live view (a table on a terminal, else
     a plain line per ``interval``) and ``/metrics``, until it exits or ``stop`` is set."""
     monitor: Monitor | None = None
@@ -227,7 +233,7 @@ def watch_one(
         print(f"driftwatch: watching {run} (pid {target.pid}); {session.where()}", file=sys.stderr)
         started = time.time()
         ended = watch(monitor, interval, stop)
-    return Watched(monitor, ended, started)
+    return WatchResult(monitor, ended, started)
 
 
 def _view(stack: ExitStack, url: str, interval: float) -> Sink:
@@ -271,7 +277,7 @@ def watch_job(
     return exit_code(child.returncode)
 
 
-def print_summary(watched: Watched, ended: str) -> None:
+def print_summary(watched: WatchResult, ended: str) -> None:
     """Print what ``watched`` found, and why it ended."""
     monitor = watched.monitor
     print(render_summary(monitor.snapshot, monitor.reported.values(), ended, watched.started))

@@ -32,9 +32,9 @@ from rich.console import Console
 
 from driftwatch.detect import Engine
 from driftwatch.detect.catalog import default_engine
+from driftwatch.detect.goodput import PHASES, Breakdown, GoodputAccount
 from driftwatch.errors import DriftwatchError
 from driftwatch.findings import KINDS, Finding
-from driftwatch.goodput import PHASES, Breakdown, GoodputAccount
 from driftwatch.series import SERIES, Sample
 from driftwatch.sources.eventfiles import is_event_file
 from driftwatch.sources.replay import Tally, replay_logdir

@@ -1,5 +1,5 @@
 """A short run's slowdown, judged at its end over all its blocks (the detector's finer end
-blocks: ``driftwatch.detect.slowdown.END_BLOCK_STEPS``).
+blocks: ``driftwatch.detect.slowdown.live.END_BLOCK_STEPS``).
 
 A run of seconds never completes the live detector's first chunk, and one that slows from
 its start (or whose start was slowed by a busy host) has a baseline too high: its end

@@ -16,12 +16,12 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from driftwatch.commands.session import SessionOptions, WatchOptions
 from driftwatch.errors import UsageError
 from driftwatch.export.http import DEFAULT_HOST, DEFAULT_PORT, TlsConfig, parse_listen
 from driftwatch.history.schema import default_db_path
 from driftwatch.history.writer import DEFAULT_RETENTION
-from driftwatch.monitor import check_interval
-from driftwatch.session import SessionOptions, WatchOptions
+from driftwatch.runtime.monitor import check_interval
 from driftwatch.units import parse_duration
 
 DEFAULT_LISTEN = f"{DEFAULT_HOST}:{DEFAULT_PORT}"

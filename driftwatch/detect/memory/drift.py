@@ -28,26 +28,26 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from driftwatch.detect import Evaluation
-from driftwatch.detect.memory_trends import (
-    CONCLUDE_MIN_POINTS,
-    DEFAULT_THRESHOLDS,
-    MIN_READINGS,
-    RAPID_MAX_WIDTH,
-    READINGS_KEPT,
-    Analysis,
-    Jump,
-    MemoryThresholds,
-    Trend,
-    analyse_scale,
-    fresh_rises,
-    whole_run_trend,
-)
-from driftwatch.detect.startup import (
+from driftwatch.detect.memory.startup import (
     LOADING_SERIES,
     STARTUP_MAX_LOADING_SECONDS,
     STARTUP_MAX_SECONDS,
     Loading,
     StartUp,
+)
+from driftwatch.detect.memory.trends import (
+    CONCLUDE_MIN_POINTS,
+    DEFAULT_THRESHOLDS,
+    MIN_READINGS,
+    RAPID_MAX_WIDTH,
+    READINGS_KEPT,
+    Jump,
+    MemoryThresholds,
+    Trend,
+    TrendAnalysis,
+    analyse_scale,
+    fresh_rises,
+    whole_run_trend,
 )
 from driftwatch.detect.windows import WindowMeans
 from driftwatch.findings import KINDS, Finding, Severity
@@ -65,7 +65,7 @@ class _Signal:
     readings: deque[tuple[float, float]] = field(
         default_factory=lambda: deque(maxlen=READINGS_KEPT)
     )
-    analysed: dict[float, tuple[tuple[int, float, float, bool], Analysis]] = field(
+    analysed: dict[float, tuple[tuple[int, float, float, bool], TrendAnalysis]] = field(
         default_factory=dict
     )
 
@@ -158,10 +158,10 @@ class MemoryDriftDetector:
             max(by_time, self._epochs_done_at) if math.isfinite(self._epochs_done_at) else by_time
         )
 
-    def trends(self, state: _Signal) -> Analysis:
+    def trends(self, state: _Signal) -> TrendAnalysis:
         """Trends past warm-up, fast trends since training started and level jumps, over
         all scales."""
-        merged = Analysis()
+        merged = TrendAnalysis()
         warm_until = self.warmup_end(state)
         started = self.training_start(state)
         for scale in state.scales:
@@ -190,7 +190,7 @@ class MemoryDriftDetector:
     def _judge(
         self,
         labels: Labels,
-        analysis: Analysis,
+        analysis: TrendAnalysis,
         limit: float,
         now: float,
         state: _Signal,

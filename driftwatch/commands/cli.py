@@ -13,28 +13,19 @@ from typing import Annotated
 
 import typer
 
-from driftwatch import __version__, bundle
-from driftwatch.analyze import analyze_run
-from driftwatch.daemon.agent import Daemon
-from driftwatch.daemon.config import load_config
-from driftwatch.demo import DEFAULT_EXAMPLE, examples, find_example, run_demo
-from driftwatch.doctor import run_checks
-from driftwatch.errors import DriftwatchError, UsageError
-from driftwatch.export.http import DEFAULT_HOST
-from driftwatch.history.reader import HistoryReader
-from driftwatch.history.schema import default_db_path
-from driftwatch.options import (
+from driftwatch import __version__
+from driftwatch.commands import bundle
+from driftwatch.commands.analyze import analyze_run
+from driftwatch.commands.demo import DEFAULT_EXAMPLE, examples, find_example, run_demo
+from driftwatch.commands.doctor import run_checks
+from driftwatch.commands.options import (
     DbOption,
     IntervalOption,
     ListenOption,
     serve_options,
     watch_options,
 )
-from driftwatch.report.build import build as build_report
-from driftwatch.report.html import render as render_html
-from driftwatch.report.json import to_json as report_json
-from driftwatch.report.text import to_text as report_text
-from driftwatch.session import (
+from driftwatch.commands.session import (
     Session,
     SessionOptions,
     WatchOptions,
@@ -43,9 +34,19 @@ from driftwatch.session import (
     watch_job,
     watch_one,
 )
-from driftwatch.snapshot import Snapshot
+from driftwatch.daemon.agent import Daemon
+from driftwatch.daemon.config import load_config
+from driftwatch.errors import DriftwatchError, UsageError
+from driftwatch.export.http import DEFAULT_HOST
+from driftwatch.history.reader import HistoryReader
+from driftwatch.history.schema import default_db_path
+from driftwatch.report.build import build as build_report
+from driftwatch.report.html import render as render_html
+from driftwatch.report.json import to_json as report_json
+from driftwatch.report.text import to_text as report_text
+from driftwatch.runtime.snapshot import Snapshot
 from driftwatch.sources import default_sources
-from driftwatch.target import Target, default_run_name
+from driftwatch.target.process import Target, default_run_name
 
 app = typer.Typer(
     name="driftwatch",

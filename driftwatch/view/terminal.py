@@ -13,12 +13,12 @@ from typing import TextIO
 from rich.live import Live
 from rich.table import Table
 
+from driftwatch.detect.goodput import Breakdown
 from driftwatch.detect.stats import mann_kendall, theil_sen
 from driftwatch.findings import Finding, Severity
-from driftwatch.goodput import Breakdown
+from driftwatch.runtime.snapshot import Snapshot
+from driftwatch.runtime.store import SeriesView
 from driftwatch.series import WATCHED, Labels
-from driftwatch.snapshot import Snapshot
-from driftwatch.store import SeriesView
 from driftwatch.units import clock, human_bytes, human_seconds
 
 RATE_WINDOW_SECONDS = 300.0

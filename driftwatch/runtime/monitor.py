@@ -1,7 +1,7 @@
 """One watched run: sources feed the store, detectors read it, sinks receive the snapshots.
 
 The sampler thread is the only writer. After each tick it publishes an immutable
-``Snapshot`` (``driftwatch.snapshot``): exporters read the latest one with a single
+``Snapshot`` (``driftwatch.runtime.snapshot``): exporters read the latest one with a single
 attribute load, so scrapes never block sampling and need no locks, and each ``Sink`` (the
 history's recorder, the live view) receives it on the sampler thread. When the target
 exits, the tick that finds it gone reads every other source to its end and judges the whole
@@ -19,14 +19,14 @@ import time
 from collections.abc import Callable, Sequence
 
 from driftwatch.detect import Engine
+from driftwatch.detect.goodput import GoodputAccount
 from driftwatch.errors import SourceUnavailable, TargetGone, UsageError
 from driftwatch.findings import Diagnosis, Finding, worst_per_kind
-from driftwatch.goodput import GoodputAccount
+from driftwatch.runtime.snapshot import Sink, Snapshot, SourceStatus
+from driftwatch.runtime.store import SeriesHistory, Store
 from driftwatch.series import SERIES, Export, LabelSetLimit, Sample, SeriesKey
-from driftwatch.snapshot import Sink, Snapshot, SourceStatus
 from driftwatch.sources import Draining, Source
-from driftwatch.store import SeriesHistory, Store
-from driftwatch.target import TargetInfo
+from driftwatch.target.process import TargetInfo
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ Raw per-step times are heavy-tailed and autocorrelated, with checkpoint and vali
 spikes: detectors on them drown in false alarms. So steps are first reduced to block
 levels (100 steps, or fewer when steps are slow: their median, or for steps of a few
 milliseconds the mean of all but the slowest tenth), and only those are tested. A short
-run is also judged at its end over all its blocks (``driftwatch.detect.slowdown_end``).
+run is also judged at its end over all its blocks (``driftwatch.detect.slowdown.end``).
 Reasoning and experiments: docs/detectors.md, "Slowdowns".
 """
 
@@ -19,8 +19,8 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from driftwatch.detect import Evaluation
-from driftwatch.detect.blocks import StepBlocks
-from driftwatch.detect.slowdown_end import (
+from driftwatch.detect.slowdown.blocks import StepBlocks
+from driftwatch.detect.slowdown.end import (
     WHOLE_RUN_BLOCKS,
     WHOLE_RUN_MIN_BLOCKS,
     WHOLE_RUN_SKIP_BLOCKS,

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from driftwatch.findings import Finding
+from driftwatch.runtime.store import SeriesView, StoreView
 from driftwatch.series import SeriesKey
-from driftwatch.store import SeriesView, StoreView
-from driftwatch.target import TargetInfo
+from driftwatch.target.process import TargetInfo
 
 
 class _NoHistory:

@@ -19,7 +19,7 @@ from driftwatch.channel.env import DISABLE_ENV, RUN_ENV
 from driftwatch.errors import UsageError
 from driftwatch.series import Sample
 
-INJECT_DIR = Path(__file__).parent / "hook" / "inject"
+INJECT_DIR = Path(__file__).parent.parent / "hook" / "inject"
 RETRACING_WARNING = re.compile(rb"triggered tf\.function retracing")
 DRAIN_SECONDS = 2.0
 """How long the end of a run waits for the rest of the job's stderr, in seconds."""

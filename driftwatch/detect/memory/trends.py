@@ -56,7 +56,7 @@ Jump = tuple[float, float]
 
 
 @dataclass
-class Analysis:
+class TrendAnalysis:
     """Trends and jumps of one signal, from one scale or merged over all of them."""
 
     settled: list[Trend] = field(default_factory=list)  # past warm-up
@@ -68,7 +68,7 @@ class Analysis:
     # find it vetoes a narrower one's.
     fast_tested: set[float] = field(default_factory=set)
 
-    def merge(self, other: Analysis) -> None:
+    def merge(self, other: TrendAnalysis) -> None:
         self.settled += other.settled
         self.fast += other.fast
         self.rapid += other.rapid
@@ -163,11 +163,11 @@ def analyse_scale(
     warm_until: float,
     started: float,
     full: bool,
-) -> Analysis:
+) -> TrendAnalysis:
     """One scale's trends and jumps (the detector caches them until a window closes or a
     phase ends). ``full``: rapid growth counts the window still filling, which holds its
     readings."""
-    analysis = Analysis()
+    analysis = TrendAnalysis()
     if len(scale.means) < RAPID_POINTS or statistics.median(scale.readings) < MIN_READINGS:
         return analysis
     times = np.array([t for t, _ in scale.means])

@@ -11,9 +11,9 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from driftwatch.detect.memory import MemoryDriftDetector
-from driftwatch.detect.memory_trends import DEFAULT_THRESHOLDS, MemoryThresholds, Trend
-from driftwatch.detect.startup import LOADING_SERIES
+from driftwatch.detect.memory.drift import MemoryDriftDetector
+from driftwatch.detect.memory.startup import LOADING_SERIES
+from driftwatch.detect.memory.trends import DEFAULT_THRESHOLDS, MemoryThresholds, Trend
 from driftwatch.detect.stats import mann_kendall, theil_sen
 from driftwatch.detect.windows import WindowMeans
 from driftwatch.series import Labels, Sample
