@@ -23,6 +23,7 @@ import os
 import re
 import shutil
 import stat
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -119,6 +120,26 @@ def traces_dir(path: Path) -> Path:
     """Where the hook of the channel file ``path`` writes the traces it was asked for: one
     TensorBoard logdir per request, ``<traces_dir>/<request id>/plugins/profile/...``."""
     return path.with_suffix(TRACES_SUFFIX)
+
+
+def write_atomically(path: Path, text: str, mode: int | None = None) -> None:
+    """Replace ``path`` with ``text`` in one step, so a reader sees the old file or the new one
+    and never part of one: written beside it under a hidden name, then renamed over it.
+
+    ``mode`` sets the new file's permissions (a temporary file is made 0600). ``OSError`` when
+    it cannot be written; the temporary file is removed then.
+    """
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        if mode is not None:
+            os.chmod(temporary, mode)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
 
 
 def list_channels(directory: str | os.PathLike[str]) -> list[tuple[int, float, Path]]:

@@ -13,14 +13,12 @@ Stdlib only: both the training process and the monitor import it.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from driftwatch.channel.paths import ChannelError, request_path
+from driftwatch.channel.paths import ChannelError, request_path, write_atomically
 
 MAX_REQUEST_BYTES = 4096
 """A larger request file is ignored: the hook never reads an unbounded file."""
@@ -44,16 +42,7 @@ def write_request(channel: Path, request: TraceRequest) -> None:
     target = request_path(channel)
     text = json.dumps({"id": request.id, "steps": request.steps, "label": request.label})
     try:
-        fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                out.write(text)
-            os.chmod(temporary, 0o644)
-            os.replace(temporary, target)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
-            raise
+        write_atomically(target, text, mode=0o644)
     except OSError as err:
         raise ChannelError(f"cannot write the capture request {target}: {err}") from err
 

@@ -67,7 +67,6 @@ import os
 import stat
 import struct
 import sys
-import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
@@ -79,6 +78,7 @@ from driftwatch.channel.paths import (
     refuse_open_directory,
     remove_channel,
     runtime_dir,
+    write_atomically,
 )
 from driftwatch.target.pidns import ProcessId, identify
 
@@ -242,17 +242,7 @@ class ChannelWriter:
         """Replace the metadata sidecar atomically; problems are logged once, never raised."""
         sidecar = meta_path(self.path)
         try:
-            text = json.dumps(meta, default=str)
-            fd, temporary = tempfile.mkstemp(
-                prefix=f".{sidecar.name}.", suffix=".tmp", dir=sidecar.parent
-            )
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as out:
-                    out.write(text)
-                os.replace(temporary, sidecar)
-            except BaseException:
-                os.unlink(temporary)
-                raise
+            write_atomically(sidecar, json.dumps(meta, default=str))
         except (OSError, TypeError, ValueError) as err:
             if not self._meta_failed:
                 self._meta_failed = True

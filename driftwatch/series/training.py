@@ -104,8 +104,6 @@ TRAINING: dict[str, SeriesSpec] = {
 }
 
 
-NONFINITE_ROLES = ("loss", "weights", "metric")
-"""What a non-finite value was: the loss or weights (training diverged) or only a metric."""
 MAX_NONFINITE_NAMES = 16
 """Names whose non-finite values are counted apart; later ones count as ``(others)``."""
 
