@@ -56,34 +56,43 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     stack: list[str] = []
     found: list[list[str]] = []
     for root in graph:
-        if root in index:
-            continue
-        work: list[tuple[str, Iterator[str]]] = [(root, iter(sorted(graph[root])))]
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        while work:
-            node, edges = work[-1]
-            for child in edges:
-                if child not in index:
-                    index[child] = low[child] = len(index)
-                    stack.append(child)
-                    work.append((child, iter(sorted(graph[child]))))
-                    break
-                if child in stack:
-                    low[node] = min(low[node], index[child])
-            else:
-                work.pop()
-                if work:
-                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
-                if low[node] == index[node]:
-                    component = []
-                    while True:
-                        member = stack.pop()
-                        component.append(member)
-                        if member == node:
-                            break
-                    if len(component) > 1:
-                        found.append(sorted(component))
+        if root not in index:
+            found += _components_from(root, graph, index, low, stack)
+    return found
+
+
+def _components_from(
+    root: str,
+    graph: dict[str, set[str]],
+    index: dict[str, int],
+    low: dict[str, int],
+    stack: list[str],
+) -> list[list[str]]:
+    """Tarjan's depth-first visit from ``root``: the components of more than one module it
+    closes (``index``, ``low`` and ``stack`` carry over between visits)."""
+    found = []
+    work: list[tuple[str, Iterator[str]]] = [(root, iter(sorted(graph[root])))]
+    index[root] = low[root] = len(index)
+    stack.append(root)
+    while work:
+        node, edges = work[-1]
+        for child in edges:
+            if child not in index:
+                index[child] = low[child] = len(index)
+                stack.append(child)
+                work.append((child, iter(sorted(graph[child]))))
+                break
+            if child in stack:
+                low[node] = min(low[node], index[child])
+        else:
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = stack[stack.index(node) :]
+                del stack[stack.index(node) :]
+                if len(component) > 1:
+                    found.append(sorted(component))
     return found
 
 

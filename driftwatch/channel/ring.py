@@ -332,44 +332,17 @@ class ChannelReader:
         """
         path = Path(path)
         _require_little_endian()
-        owner = os.geteuid() if owner is None else owner
+        fd = _open_channel_file(path)
         try:
-            refuse_open_directory(path.parent)
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except FileNotFoundError as err:
-            raise ChannelError(f"no channel file {path} (is the hook running?)") from err
-        except OSError as err:
-            if os.path.islink(path):
-                raise ChannelError(f"channel file {path} is a symbolic link; refusing it") from err
-            raise ChannelError(f"cannot open the channel file {path}: {err}") from err
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise ChannelError(f"{path} is not a regular file")
-            if info.st_uid != owner:
-                raise ChannelError(
-                    f"channel file {path} is owned by uid {info.st_uid}, not by the watched "
-                    f"process's user (uid {owner}); refusing it"
-                )
-            if info.st_size < HEADER_SIZE:
-                raise ChannelError(f"{path} is not a driftwatch channel (too short)")
-            mm = mmap.mmap(fd, info.st_size, mmap.MAP_SHARED, mmap.PROT_READ)
+            size = _checked_size(path, fd, os.geteuid() if owner is None else owner)
+            mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
         except OSError as err:
             raise ChannelError(f"cannot map the channel file {path}: {err}") from err
         finally:
             os.close(fd)
         magic, version, record_size, capacity, pid, create_time = _HEADER.unpack_from(mm, 0)
         ticks, namespace = _IDENTITY.unpack_from(mm, IDENTITY_OFFSET)
-        problem = None
-        if magic != MAGIC:
-            problem = "not a driftwatch channel (bad magic)"
-        elif version != VERSION or record_size != RECORD_SIZE:
-            problem = (
-                f"channel format version {version} with {record_size}-byte records; "
-                f"this driftwatch reads version {VERSION} ({RECORD_SIZE}-byte records)"
-            )
-        elif capacity < 1 or info.st_size != HEADER_SIZE + capacity * RECORD_SIZE:
-            problem = f"size {info.st_size} does not match its capacity of {capacity} records"
+        problem = _header_problem(magic, version, record_size, capacity, size)
         if problem is not None:
             mm.close()
             raise ChannelError(f"{path}: {problem}")
@@ -423,3 +396,48 @@ class ChannelReader:
     def close(self) -> None:
         self._words.release()
         self._mm.close()
+
+
+def _open_channel_file(path: Path) -> int:
+    """A read-only descriptor of ``path``, refused in an open directory or through a link."""
+    try:
+        refuse_open_directory(path.parent)
+        return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError as err:
+        raise ChannelError(f"no channel file {path} (is the hook running?)") from err
+    except OSError as err:
+        if os.path.islink(path):
+            raise ChannelError(f"channel file {path} is a symbolic link; refusing it") from err
+        raise ChannelError(f"cannot open the channel file {path}: {err}") from err
+
+
+def _checked_size(path: Path, fd: int, owner: int) -> int:
+    """The size of the open channel file, once it is known to be a regular file of ``owner``
+    long enough for a header; ``ChannelError`` otherwise."""
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        raise ChannelError(f"{path} is not a regular file")
+    if info.st_uid != owner:
+        raise ChannelError(
+            f"channel file {path} is owned by uid {info.st_uid}, not by the watched "
+            f"process's user (uid {owner}); refusing it"
+        )
+    if info.st_size < HEADER_SIZE:
+        raise ChannelError(f"{path} is not a driftwatch channel (too short)")
+    return info.st_size
+
+
+def _header_problem(
+    magic: bytes, version: int, record_size: int, capacity: int, size: int
+) -> str | None:
+    """What makes a channel's header unreadable by this driftwatch (``None``: nothing)."""
+    if magic != MAGIC:
+        return "not a driftwatch channel (bad magic)"
+    if version != VERSION or record_size != RECORD_SIZE:
+        return (
+            f"channel format version {version} with {record_size}-byte records; "
+            f"this driftwatch reads version {VERSION} ({RECORD_SIZE}-byte records)"
+        )
+    if capacity < 1 or size != HEADER_SIZE + capacity * RECORD_SIZE:
+        return f"size {size} does not match its capacity of {capacity} records"
+    return None

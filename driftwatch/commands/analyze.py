@@ -98,8 +98,6 @@ def read_samples(path: Path) -> Iterator[Sample]:
         lines = path.open(encoding="utf-8")
     except OSError as err:
         raise RecordingError(f"{path}: cannot read: {err.strerror}") from err
-    known = SERIES.keys()
-    numbers = (int, float)
     newest = -math.inf
     pending: list[Sample] = []  # read, not yet handed on; in time order between batches
     first = 1
@@ -107,18 +105,8 @@ def read_samples(path: Path) -> Iterator[Sample]:
         while batch := _next_lines(path, lines):
             disordered = False
             for number, record in _parse(path, batch, first):
-                try:
-                    t = record["t"]
-                    series = record["series"]
-                    value = record["value"]
-                except (KeyError, TypeError) as err:
-                    raise RecordingError(f"{path}:{number}: {EXPECTED}") from err
-                if type(t) not in numbers or (value is not None and type(value) not in numbers):
-                    raise RecordingError(f"{path}:{number}: t and value must be numbers")
-                if series not in known:
-                    raise RecordingError(
-                        f"{path}:{number}: unknown series {series!r} (see the README)"
-                    )
+                sample = _to_sample(path, number, record)
+                t = sample.t
                 if t >= newest:
                     newest = t
                 elif t >= newest - REORDER_SECONDS:
@@ -129,14 +117,7 @@ def read_samples(path: Path) -> Iterator[Sample]:
                         f"({t} after {newest}; records may be at most "
                         f"{REORDER_SECONDS:.0f} s out of order)"
                     )
-                labels = record.get("labels")
-                if labels is None:
-                    pending.append(Sample(series, math.nan if value is None else value, t))
-                elif isinstance(labels, dict):
-                    items = tuple(sorted((str(k), str(v)) for k, v in labels.items()))
-                    pending.append(Sample(series, math.nan if value is None else value, t, items))
-                else:
-                    raise RecordingError(f"{path}:{number}: labels must be an object")
+                pending.append(sample)
             first += len(batch)
             if disordered:
                 pending.sort(key=_TIME)  # stable: records of one time keep their order
@@ -144,6 +125,32 @@ def read_samples(path: Path) -> Iterator[Sample]:
             yield from itertools.islice(pending, settled)
             del pending[:settled]
     yield from pending
+
+
+_NUMBERS = (int, float)
+"""The JSON types a sample's time and value may have."""
+
+
+def _to_sample(path: Path, number: int, record: Any) -> Sample:
+    """Line ``number``'s decoded record as a sample, checked: its fields, their types, a known
+    series and labels that are an object."""
+    try:
+        t = record["t"]
+        series = record["series"]
+        value = record["value"]
+    except (KeyError, TypeError) as err:
+        raise RecordingError(f"{path}:{number}: {EXPECTED}") from err
+    if type(t) not in _NUMBERS or (value is not None and type(value) not in _NUMBERS):
+        raise RecordingError(f"{path}:{number}: t and value must be numbers")
+    if series not in SERIES:
+        raise RecordingError(f"{path}:{number}: unknown series {series!r} (see the README)")
+    value = math.nan if value is None else value
+    labels = record.get("labels")
+    if labels is None:
+        return Sample(series, value, t)
+    if isinstance(labels, dict):
+        return Sample(series, value, t, tuple(sorted((str(k), str(v)) for k, v in labels.items())))
+    raise RecordingError(f"{path}:{number}: labels must be an object")
 
 
 def _next_lines(path: Path, lines: Iterator[str]) -> list[str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import platform
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -26,18 +27,82 @@ COMMAND_LABEL_LIMIT = 200
 
 SnapshotProvider = Callable[[], Iterable[Snapshot]]
 
-CAUSE_FAMILIES = (
-    (
+Rows = Iterable[tuple[tuple[str, ...], float]]
+"""A family's samples for one run: the values of its labels after ``run``, and the value."""
+
+
+def _cause_ranks(snapshot: Snapshot) -> Rows:
+    for kind, item in worst_per_kind(snapshot.findings).items():
+        yield from (((kind, cause.cause), float(rank)) for rank, cause in enumerate(item.causes, 1))
+
+
+def _cause_scores(snapshot: Snapshot) -> Rows:
+    for kind, item in worst_per_kind(snapshot.findings).items():
+        yield from (((kind, cause.cause), cause.score) for cause in item.causes)
+
+
+@dataclass(frozen=True)
+class RunFamily:
+    """A gauge with one or more samples per run, read from the run's snapshot."""
+
+    name: str
+    help: str
+    labels: tuple[str, ...]  # after ``run``
+    rows: Callable[[Snapshot], Rows]
+
+
+RUN_FAMILIES = (
+    RunFamily(
+        "driftwatch_target_start_time_seconds",
+        "Start time of the watched process since the unix epoch.",
+        (),
+        lambda snapshot: [((), snapshot.target.create_time)],
+    ),
+    RunFamily(
+        "driftwatch_last_sample_timestamp_seconds",
+        "When driftwatch last sampled the run.",
+        (),
+        lambda snapshot: [((), snapshot.t)],
+    ),
+    RunFamily(
+        "driftwatch_source_up",
+        "Whether a data source works for the run (1) or was switched off (0).",
+        ("source",),
+        lambda snapshot: (((s.name,), 1.0 if s.up else 0.0) for s in snapshot.sources),
+    ),
+    RunFamily(
+        "driftwatch_finding_active",
+        "1 for each kind of problem driftwatch currently reports for the run.",
+        ("kind", "severity"),
+        lambda snapshot: (((f.kind, f.severity.value), 1.0) for f in snapshot.findings),
+    ),
+    RunFamily(
+        "driftwatch_finding_since_timestamp_seconds",
+        "When each active finding's problem started.",
+        ("kind",),
+        lambda snapshot: (((f.kind,), f.since) for f in snapshot.findings),
+    ),
+    RunFamily(
+        "driftwatch_detector_score",
+        "Each detector's evidence against its threshold: 1 or more means it reports.",
+        ("detector",),
+        lambda snapshot: (((name,), value) for name, value in snapshot.scores.items()),
+    ),
+    RunFamily(
         "driftwatch_finding_cause_rank",
         "Rank of each likely cause of an active slowdown or stall (1: the top cause).",
+        ("kind", "cause"),
+        _cause_ranks,
     ),
-    (
+    RunFamily(
         "driftwatch_finding_cause_score",
         "How far each likely cause's signals moved with the slowdown or stall (1 or more "
         "counts; docs/detectors.md, Causes).",
+        ("kind", "cause"),
+        _cause_scores,
     ),
 )
-"""The metrics of the likely causes of each run's slowdowns and stalls: name and help."""
+"""The per-run gauges beside the series of ``SERIES``, in the order a scrape lists them."""
 
 
 class DriftwatchCollector(Collector):
@@ -86,71 +151,18 @@ class DriftwatchCollector(Collector):
         info = InfoMetricFamily(
             "driftwatch_target", "The watched process of each run.", labels=[RUN_LABEL]
         )
-        start = Family(
-            "driftwatch_target_start_time_seconds",
-            "Start time of the watched process since the unix epoch.",
-            "gauge",
-            [RUN_LABEL],
-        )
-        last_sample = Family(
-            "driftwatch_last_sample_timestamp_seconds",
-            "When driftwatch last sampled the run.",
-            "gauge",
-            [RUN_LABEL],
-        )
-        source_up = Family(
-            "driftwatch_source_up",
-            "Whether a data source works for the run (1) or was switched off (0).",
-            "gauge",
-            [RUN_LABEL, "source"],
-        )
-        finding = Family(
-            "driftwatch_finding_active",
-            "1 for each kind of problem driftwatch currently reports for the run.",
-            "gauge",
-            [RUN_LABEL, "kind", "severity"],
-        )
-        score = Family(
-            "driftwatch_detector_score",
-            "Each detector's evidence against its threshold: 1 or more means it reports.",
-            "gauge",
-            [RUN_LABEL, "detector"],
-        )
-        finding_since = Family(
-            "driftwatch_finding_since_timestamp_seconds",
-            "When each active finding's problem started.",
-            "gauge",
-            [RUN_LABEL, "kind"],
-        )
-        cause_rank, cause_score = (
-            Family(name, text, "gauge", [RUN_LABEL, "kind", "cause"])
-            for name, text in CAUSE_FAMILIES
-        )
         for snapshot in snapshots:
-            run, target = snapshot.run, snapshot.target
-            info.add_metric(
-                [run],
-                {
-                    "pid": str(target.pid),
-                    "command": " ".join(target.command)[:COMMAND_LABEL_LIMIT],
-                    "user": target.username,
-                },
-            )
-            start.add_metric((run,), target.create_time)
-            last_sample.add_metric((run,), snapshot.t)
-            for status in snapshot.sources:
-                source_up.add_metric((run, status.name), 1.0 if status.up else 0.0)
-            for detector, value in snapshot.scores.items():
-                score.add_metric((run, detector), value)
-            for item in snapshot.findings:
-                finding.add_metric((run, item.kind, item.severity.value), 1.0)
-                finding_since.add_metric((run, item.kind), item.since)
-            for kind, item in worst_per_kind(snapshot.findings).items():
-                for rank, cause in enumerate(item.causes, 1):
-                    cause_rank.add_metric((run, kind, cause.cause), float(rank))
-                    cause_score.add_metric((run, kind, cause.cause), cause.score)
-        yield from (info, start, last_sample, source_up, finding, finding_since, score)
-        yield from (cause_rank, cause_score)
+            target = snapshot.target
+            command = " ".join(target.command)[:COMMAND_LABEL_LIMIT]
+            labels = {"pid": str(target.pid), "command": command, "user": target.username}
+            info.add_metric([snapshot.run], labels)
+        yield info
+        for spec in RUN_FAMILIES:
+            family = Family(spec.name, spec.help, "gauge", [RUN_LABEL, *spec.labels])
+            for snapshot in snapshots:
+                for label_values, value in spec.rows(snapshot):
+                    family.add_metric((snapshot.run, *label_values), value)
+            yield family
 
 
 def metrics_app(snapshots: SnapshotProvider) -> Callable[..., Any]:
