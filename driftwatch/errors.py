@@ -42,11 +42,16 @@ ACCESS_HINT = (
 )
 
 
-class TargetAccessDenied(TargetError):
-    """The operating system refused to let driftwatch read the process."""
+class TargetNotWatchable(TargetError):
+    """The process is not one a training job can be: a kernel thread, say."""
 
-    def __init__(self, pid: int, what: str) -> None:
-        super().__init__(pid, f"permission denied reading {what} of process {pid}: {ACCESS_HINT}")
+
+class TargetAccessDenied(TargetError):
+    """The operating system refused to let driftwatch read the process; ``hint`` says what to
+    change (by default, for an ordinary user)."""
+
+    def __init__(self, pid: int, what: str, hint: str = ACCESS_HINT) -> None:
+        super().__init__(pid, f"permission denied reading {what} of process {pid}: {hint}")
 
 
 class SourceUnavailable(DriftwatchError):

@@ -34,12 +34,13 @@ from driftwatch.capture.store import (
 from driftwatch.channel.paths import channel_path, remove_channel, request_path, traces_dir
 from driftwatch.channel.requests import RequestWatch, TraceRequest, write_request
 from driftwatch.channel.wire import CaptureStatus
-from driftwatch.errors import ACCESS_HINT, CaptureUnavailable, TargetAccessDenied
+from driftwatch.errors import CaptureUnavailable, TargetAccessDenied
 from driftwatch.findings import Finding, Severity
 from driftwatch.history.reader import HistoryReader
 from driftwatch.hook.trace import TRACE_FIRST_STEP, TRACE_MAX_STEPS
 from driftwatch.runtime.store import Store
 from driftwatch.sources.hook import HookSource
+from driftwatch.target.access import access_hint, privileges
 from tests import synthetic_run
 from tests.conftest import REPO, TF_ENV, run_cli
 
@@ -194,9 +195,10 @@ def test_py_spy_refused_permission_gives_the_hint_attach_gives(
     with pytest.raises(TargetAccessDenied) as raised:
         dump_stacks(python_child.pid)
     message = str(raised.value)
+    hint = access_hint(privileges(python_child.pid), attaching=True)
     assert message == (
         f"permission denied reading the Python stacks (py-spy) of process {python_child.pid}: "
-        f"{ACCESS_HINT}"
+        f"{hint}"
     )
 
 

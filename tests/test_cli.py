@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -9,10 +10,25 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from driftwatch import __version__
-from tests.conftest import WITHOUT_PTRACE, run_cli, unused_pid
+from tests.conftest import (
+    REPO,
+    UNSHARE,
+    WITHOUT_PTRACE,
+    needs_pid_namespaces,
+    run_cli,
+    unused_pid,
+)
+
+
+def kernel_threads() -> Iterator[tuple[int, str]]:
+    """The kernel threads this process sees (kthreadd, and its children), by PID and name."""
+    for process in psutil.process_iter(["ppid", "name"]):
+        if process.info["ppid"] == 2 or (process.pid == 2 and process.info["name"] == "kthreadd"):
+            yield process.pid, process.info["name"]
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess[str], *needles: str) -> None:
@@ -67,7 +83,32 @@ def test_access_denied_says_what_to_do(nobodys_sleeper: subprocess.Popen[bytes])
         timeout=60,
         check=False,
     )
-    assert_one_line_error(result, "permission denied", "same user", "sudo", "SYS_PTRACE")
+    # Already root: the hint names the capability that is missing, not sudo.
+    assert_one_line_error(result, "permission denied", "as root", "SYS_PTRACE", "--cap-add")
+    assert "sudo" not in result.stderr
+
+
+def test_a_kernel_thread_is_named_as_one() -> None:
+    (pid, name) = next(kernel_threads(), (None, None))
+    if pid is None:
+        pytest.skip("no kernel thread visible in this PID namespace")
+    result = run_cli("attach", str(pid))
+    assert_one_line_error(result, f"process {pid} ({name}) is a kernel thread")
+
+
+@needs_pid_namespaces
+def test_a_pid_outside_driftwatchs_own_pid_namespace_says_how_to_see_it() -> None:
+    # Expected: inside a PID namespace of its own (a container without hostPID) this
+    # process's PID names nothing; the error says to share the host's PID namespace.
+    result = subprocess.run(
+        [*UNSHARE, sys.executable, "-m", "driftwatch", "attach", str(os.getpid())],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=REPO,
+    )
+    assert_one_line_error(result, f"no process with PID {os.getpid()}", "hostPID: true")
 
 
 @pytest.mark.parametrize(

@@ -4,12 +4,22 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
 import pytest
 
-from driftwatch.errors import TargetGone, TargetZombie
+from driftwatch.errors import ACCESS_HINT, TargetGone, TargetZombie
+from driftwatch.target.access import (
+    CAPABILITY_HINT,
+    NO_ATTACH_HINT,
+    SECURITY_MODULE_HINT,
+    USER_NAMESPACE_HINT,
+    Privileges,
+    access_hint,
+    privileges,
+)
 from driftwatch.target.process import Target, default_run_name, redact_command
 from tests.conftest import WITHOUT_PTRACE, unused_pid, wait_for
 
@@ -106,8 +116,41 @@ def test_another_users_process_without_privileges_is_access_denied(
     )
     assert probe.returncode == 3, probe.stderr
     assert "permission denied" in probe.stdout
-    assert "sudo" in probe.stdout
-    assert "SYS_PTRACE" in probe.stdout
+    assert CAPABILITY_HINT in probe.stdout  # root already: the capability is what is missing
+
+
+ROOT_WITH_EVERYTHING = Privileges(
+    root=True, ptrace_capable=True, same_user_namespace=True, ptrace_scope=1
+)
+
+
+@pytest.mark.parametrize(
+    ("facts", "attaching", "hint"),
+    [
+        (replace(ROOT_WITH_EVERYTHING, root=False, ptrace_capable=False), False, ACCESS_HINT),
+        (replace(ROOT_WITH_EVERYTHING, ptrace_capable=False), False, CAPABILITY_HINT),
+        (replace(ROOT_WITH_EVERYTHING, same_user_namespace=False), False, USER_NAMESPACE_HINT),
+        (replace(ROOT_WITH_EVERYTHING, ptrace_scope=3), True, NO_ATTACH_HINT),
+        (replace(ROOT_WITH_EVERYTHING, ptrace_scope=3), False, SECURITY_MODULE_HINT),
+        (ROOT_WITH_EVERYTHING, True, SECURITY_MODULE_HINT),
+    ],
+)
+def test_a_refusal_says_which_privilege_is_missing(
+    facts: Privileges, attaching: bool, hint: str
+) -> None:
+    # Expected: an ordinary user is told to become the target's user or root; root is told
+    # the one privilege it lacks, in the order the kernel checks them; Yama's scope matters
+    # only to attaching (stack dumps), not to reading /proc.
+    assert access_hint(facts, attaching) == hint
+    assert ("sudo" in hint) == (not facts.root)
+
+
+def test_this_process_reads_its_own_privileges() -> None:
+    facts = privileges(os.getpid())
+    assert facts.root == (os.geteuid() == 0)
+    assert facts.same_user_namespace
+    if not facts.root:
+        assert access_hint(facts) == ACCESS_HINT
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from driftwatch.errors import CaptureUnavailable, TargetAccessDenied, TargetGone
+from driftwatch.errors import CaptureUnavailable, TargetGone
+from driftwatch.target.access import denied
 
 STACK_TIMEOUT_SECONDS = 30.0
 """A py-spy dump that takes longer is killed (it pauses the target while it reads it)."""
@@ -36,9 +37,9 @@ def find_py_spy() -> str | None:
 def dump_stacks(pid: int, binary: str | None = None) -> str:
     """py-spy's dump of every Python thread of process ``pid``.
 
-    ``CaptureUnavailable`` when py-spy is missing or fails, ``TargetAccessDenied`` (with the
-    hint ``attach`` gives) when it may not read the process, ``TargetGone`` when the process
-    is gone.
+    ``CaptureUnavailable`` when py-spy is missing or fails, ``TargetAccessDenied`` (saying,
+    as ``attach`` does, what to change) when it may not read the process, ``TargetGone`` when
+    the process is gone.
     """
     binary = binary or find_py_spy()
     if binary is None:
@@ -63,7 +64,7 @@ def dump_stacks(pid: int, binary: str | None = None) -> str:
     said = (done.stderr or done.stdout).strip()
     lowered = said.lower()
     if any(words in lowered for words in _DENIED):
-        raise TargetAccessDenied(pid, "the Python stacks (py-spy)")
+        raise denied(pid, "the Python stacks (py-spy)", attaching=True)
     if any(words in lowered for words in _GONE):
         raise TargetGone(pid, f"process {pid} is gone")
     first = said.splitlines()[0] if said else f"exit status {done.returncode}"

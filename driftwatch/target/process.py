@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import psutil
 
-from driftwatch.errors import TargetAccessDenied, TargetGone, TargetZombie
+from driftwatch.errors import TargetGone, TargetNotWatchable, TargetZombie
+from driftwatch.target.access import denied, is_kernel_thread, no_such_process
 from driftwatch.target.pidns import innermost_pid, start_ticks
 
 _SECRET_WORD = (
@@ -128,7 +129,7 @@ def translate_psutil(pid: int, what: str) -> Iterator[None]:
     except psutil.NoSuchProcess as err:
         raise exited(pid) from err
     except psutil.AccessDenied as err:
-        raise TargetAccessDenied(pid, what) from err
+        raise denied(pid, what) from err
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +140,19 @@ class TargetInfo:
     command: tuple[str, ...]  # redacted
     username: str
     uid: int
+
+
+def _refuse_kernel_thread(pid: int) -> None:
+    """``TargetNotWatchable`` if ``pid`` is a kernel thread: it runs no program to watch."""
+    try:
+        stat = read_proc_file(f"/proc/{pid}/stat")
+    except OSError:
+        return  # gone: the checks that follow say so
+    if is_kernel_thread(stat):
+        name = stat[stat.index(b"(") + 1 : stat.rindex(b")")].decode(errors="replace")
+        raise TargetNotWatchable(
+            pid, f"process {pid} ({name}) is a kernel thread: it runs no program to watch"
+        )
 
 
 class Target:
@@ -193,7 +207,8 @@ class Target:
         try:
             process = psutil.Process(pid)
         except psutil.NoSuchProcess as err:
-            raise TargetGone(pid, f"no process with PID {pid}") from err
+            raise TargetGone(pid, no_such_process(pid)) from err
+        _refuse_kernel_thread(pid)
         with translate_psutil(pid, "the process status"):
             if process.status() == psutil.STATUS_ZOMBIE:
                 raise TargetZombie(
@@ -239,7 +254,7 @@ class Target:
         except (FileNotFoundError, ProcessLookupError) as err:
             raise exited(self.pid) from err
         except PermissionError as err:
-            raise TargetAccessDenied(self.pid, "the process status (/proc/PID/stat)") from err
+            raise denied(self.pid, "the process status (/proc/PID/stat)") from err
         # The command name, in parentheses, may hold spaces and parentheses itself; fields
         # from the state on (man 5 proc's 3rd): state, ..., utime 14, stime 15, threads 20,
         # starttime 22.
@@ -285,7 +300,7 @@ class Target:
         except FileNotFoundError as err:
             raise exited(self.pid) from err
         except PermissionError as err:
-            raise TargetAccessDenied(self.pid, "the open files (/proc/PID/fd)") from err
+            raise denied(self.pid, "the open files (/proc/PID/fd)") from err
         known = self._links
         if reread:
             known, self._links_read_at = {}, now
@@ -299,7 +314,7 @@ class Target:
                 except FileNotFoundError:
                     continue  # closed since the listing
                 except PermissionError as err:
-                    raise TargetAccessDenied(self.pid, "the open files (/proc/PID/fd)") from err
+                    raise denied(self.pid, "the open files (/proc/PID/fd)") from err
             links[fd] = path
             if path.startswith("/") and not path.endswith(DELETED):
                 paths.append(self.root + path)
