@@ -1,8 +1,12 @@
-"""The likely causes a slowdown or stall finding names: a fixed set, as ``KINDS`` is of kinds.
+"""The likely causes a slowdown or stall finding names: a fixed set, as ``KINDS`` is of kinds;
+and the classes of a host-memory leak.
 
 ``CAUSES`` is the table (a name, a title, what it means, the fix); ``RankedCause`` is one
 cause as a finding carries it, with its score and the numbers that moved. The ranking itself
 lives in ``driftwatch.detect.causes.ranker``; how co-moving is judged: docs/detectors.md, "Causes".
+``LEAK_CLASSES`` is the table of leak classes (a name, a title, what the signals show, the
+fix), told apart by ``driftwatch.detect.memory.host``; ``UNKNOWN_LEAK_CLASS`` says why a
+class cannot be told yet.
 """
 
 from __future__ import annotations
@@ -89,6 +93,65 @@ CAUSES: dict[str, CauseSpec] = {
     ),
 }
 """Every cause a slowdown or stall can be given, in the order ties are ranked."""
+
+
+@dataclass(frozen=True, slots=True)
+class LeakClassSpec:
+    """What a leak class is called, what its signals show and what to try; its advice, as a
+    finding says it, is the two joined."""
+
+    title: str
+    means: str
+    fix: str
+
+    @property
+    def advice(self) -> str:
+        return f"{self.means}: {self.fix}"
+
+
+LEAK_CLASSES: dict[str, LeakClassSpec] = {
+    "tensors_kept_alive": LeakClassSpec(
+        "Tensors kept alive",
+        "TensorFlow's own allocator grows with it",
+        "tensors are being kept alive, e.g. outputs or losses appended to a Python list, or a "
+        "tf.Variable/metric that accumulates, or whole models kept alive (models built in a "
+        "loop: keras.backend.clear_session() between them). Keep Python floats (loss.numpy()) "
+        "instead of tensors.",
+    ),
+    "retracing": LeakClassSpec(
+        "tf.function retracing",
+        "TensorFlow allocator memory is flat while the train function keeps being retraced",
+        "each trace keeps a new graph alive. Pass tensors, not Python numbers, to tf.function "
+        "(tf.constant(lr)), or give it an input_signature; use reduce_retracing=True for "
+        "varying shapes.",
+    ),
+    "framework_state": LeakClassSpec(
+        "Python or framework state",
+        "TensorFlow allocator memory and tracing are flat",
+        "Python or framework state grows, e.g. models or layers built in a loop without "
+        "keras.backend.clear_session(), histories or caches that keep growing, or allocator "
+        "fragmentation (try TCMALLOC or jemalloc).",
+    ),
+}
+"""Every class a host-memory leak can be given, in the order they are tried: RSS and the TF
+allocator rise together; RSS rises while tracing does; RSS rises alone."""
+
+UNKNOWN_LEAK_CLASS: dict[str, str] = {
+    "not_probed_yet": (
+        "TensorFlow's allocator has not been probed over this window yet: the likely class "
+        "follows once it has."
+    ),
+    "no_allocator_statistics": (
+        "TensorFlow's allocator keeps no statistics here (its CPU allocator does not by "
+        "default; driftwatch run --cpu-allocator-stats turns them on), so tensors cannot be "
+        "told from Python state: compare two tracemalloc snapshots."
+    ),
+    "no_hook": (
+        "Without the in-process hook driftwatch cannot tell tensors from Python state: run "
+        "the job under driftwatch run, or compare two tracemalloc snapshots."
+    ),
+}
+"""The advice of a leak classed ``unknown``, by why its class cannot be told."""
 
 
 @dataclass(frozen=True, slots=True)

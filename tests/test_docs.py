@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+from driftwatch.causes import LEAK_CLASSES
 from driftwatch.commands.demo import examples
 from driftwatch.findings import KINDS
 from driftwatch.series import SERIES
@@ -30,6 +31,15 @@ def test_runbook_has_the_section_of_every_kind() -> None:
     headings = {h.strip().lower() for h in re.findall(r"^## (.+)$", runbook, re.MULTILINE)}
     for kind, spec in KINDS.items():
         assert spec.runbook is None or spec.runbook in headings, kind
+
+
+def test_runbooks_host_memory_section_names_every_leak_class() -> None:
+    runbook = (REPO / "docs" / "runbook.md").read_text()
+    section = runbook[runbook.index("\n## DriftwatchHostMemoryDrift\n") :]
+    section = section[: section.index("\n## ", 1)]
+    for name, spec in LEAK_CLASSES.items():
+        assert all((spec.title, spec.means, spec.fix)), name
+        assert f"`{name}`" in section, name
 
 
 def test_ci_runs_the_readme_test_command() -> None:

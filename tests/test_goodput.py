@@ -17,12 +17,14 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from driftwatch.channel.paths import ensure_private_dir
 from driftwatch.channel.ring import ChannelWriter
 from driftwatch.channel.wire import RecordKind
 from driftwatch.detect.goodput import PHASES, Breakdown, GoodputAccount
+from driftwatch.detect.periodic_stalls import PeriodicStallDetector
 from driftwatch.runtime.monitor import Monitor
 from driftwatch.series import Sample
 from driftwatch.sources.hook import HookSource
@@ -304,3 +306,29 @@ def test_a_monitor_exports_goodput_counters_that_promtool_accepts(
     assert ("goodput", "59% (6.5 s in steps of 11.0 s)") in signal_rows(snapshot)
     summary = render_summary(snapshot, [], "process 4242 has exited", CREATE_TIME)
     assert "  goodput: 59% of 11.0 s: productive 6.5 s (59%), startup 2.9 s (26%), " in summary
+
+
+def test_goodput_pauses_inside_steps_are_the_detectors_stalls_even_at_the_bands_edge() -> None:
+    """Steps of 2.5 s (the typical step is recomputed by time as well as by count), and every
+    25th step a stall of 4 typical steps, give or take a few percent: some just under the
+    rule's edge, some just over. The periodic-stall detector and goodput judge each step by
+    the same band, so goodput's pauses from the first stall the detector counts to its last
+    are exactly those stalls' seconds (their share of that span, times it)."""
+    rng = np.random.default_rng(7)
+    durations = 2.5 * rng.lognormal(0, 0.05, 1000)
+    stalls = durations[24::25]
+    stalls[:] = 12.5 * (1 + rng.uniform(-0.005, 0.035, len(stalls)))
+    samples = logged(durations, 1)
+    detector = PeriodicStallDetector()
+    for sample in samples:
+        detector.observe(sample)
+    (finding,) = detector.evaluate(samples[-1].t).findings
+    first, last = finding.since, float(finding.evidence["last_stall_t"])
+    counted = float(finding.evidence["share_of_wall_time"]) * (last - first)
+    account = GoodputAccount(started=first)  # the steps before it are its reference alone
+    for sample in samples:
+        if sample.t <= last:
+            account.observe(sample)
+    breakdown = account.breakdown(last, final=True)
+    assert breakdown is not None
+    assert breakdown.seconds["periodic_stall"] == pytest.approx(counted, abs=1e-3)

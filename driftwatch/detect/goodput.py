@@ -10,23 +10,17 @@ not: docs/goodput.md.
 
 from __future__ import annotations
 
-import bisect
 import math
-import statistics
-from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from driftwatch.detect.basic import StallDetector
-from driftwatch.detect.periodic_stalls import (
+from driftwatch.detect.stall_band import (
     CHAIN_TOLERANCE,
     CLOCK_RESOLUTION,
-    LOWER_TAIL_SPREAD,
     MAX_STEPS_JUMP,
-    NOISE_Z,
-    REFERENCE_REFRESH,
-    REFERENCE_SAMPLES,
-    STALL_FACTOR,
+    StallBand,
+    chained_steps,
 )
 from driftwatch.series import Sample
 from driftwatch.units import human_seconds
@@ -102,17 +96,19 @@ class GoodputAccount:
 
     Each record's period (its steps at their step time) is productive, less its share
     outside the train step (``step_gap_seconds``, from the hook: host overhead). A period
-    that stands out as ``PeriodicStallDetector`` tells a stall (above the band of the recent
-    step times, and longer than its steps at the typical step time by over
-    ``STALL_FACTOR - 1`` typical steps) keeps its steps' typical time and the rest is a
-    pause, taken from its time outside the step first. Time no record covers (validation,
-    an epoch's end) is a pause too. A pause is ``stalled`` when the stall rule
-    (``StallDetector``: no step for 120 s, ten usual intervals or twice the longest recent
-    validation, the longest) holds at its end, else a ``periodic_stall``. Until the first
-    step record ends is ``startup``, with the first period's time past the next one's step
-    time (tracing, compiling). Time after the latest record is settled by the next one;
-    until then only a stall the rule already calls one is counted; once the run has ended,
-    the time after its last step is host overhead (evaluation, saving, exiting).
+    that ``StallBand`` calls a stall (every record is told to it, as to
+    ``PeriodicStallDetector``'s) keeps its steps' typical time and the rest is a pause, taken
+    from its time outside the step first. A record that does not chain holds as many steps
+    as the latest that did: its slow steps after a pause (the first of a new ``fit``,
+    tracing a new model) are a pause too, where the detector counts no stall. Time no
+    record covers (validation, an epoch's end) is a pause too. A pause is ``stalled`` when
+    the stall rule (``StallDetector``: no step for 120 s, ten usual intervals or twice the
+    longest recent validation, the longest) holds at its end, else a ``periodic_stall``.
+    Until the first step record ends is ``startup``, with the first period's time past the
+    next one's step time (tracing, compiling). Time after the latest record is settled by
+    the next one; until then only a stall the rule already calls one is counted; once the
+    run has ended, the time after its last step is host overhead (evaluation, saving,
+    exiting).
     """
 
     series = frozenset({"step_seconds", "step_gap_seconds", "validation_seconds"})
@@ -128,10 +124,7 @@ class GoodputAccount:
         self._first: _Record | None = None  # the first record after start, held for its typical
         self._startup_over = False
         self._open: tuple[float, float] | None = None  # a step record waiting for its gap
-        self._recent: deque[float] = deque(maxlen=REFERENCE_SAMPLES)
-        self._since_refresh = 0
-        self._typical = math.nan  # seconds per step: the median of those below the band
-        self._band = math.nan  # seconds per step: a period slower than this stands out
+        self._band = StallBand()
         self._stall = StallDetector()  # fed the records' ends: its rule, on step records
         self._stall_fed = -math.inf  # the latest record end it was fed
 
@@ -159,47 +152,32 @@ class GoodputAccount:
             self._open = None
 
     def _record(self, t: float, step: float, gap: float) -> None:
-        steps = self._chained_steps(t, step)
+        interval = t - self._end
+        self._band.add(step, t, interval)
+        steps = self._chained_steps(interval, step)
         self._seen = True
         if t <= self._settled_at:  # before watching began, or out of order: not counted
             self._startup_over = True  # the run was training before it was watched
             self._end = max(self._end, t) if math.isfinite(self._end) else t
-            self._note_step(step)
             return
         if not self._startup_over and self._first is None:
             self._first = _Record(t, step, min(gap, step), steps)  # held for the next's step
             self._end = t
             return
-        self._note_step(step)
         if self._first is not None:  # its steps: as many as the next one's, which chains to it
             self._settle_first(replace(self._first, steps=steps), typical=step)
         self._settle(t, step, min(gap, step), steps)
 
-    def _chained_steps(self, t: float, step: float) -> int:
-        """The steps of a record whose period starts where the previous one ended; else as
-        many as the latest chained record held (a pause came between them)."""
-        if math.isfinite(self._end):
-            interval = t - self._end
-            steps = round(interval / step)
-            jump = self._steps_per_record * MAX_STEPS_JUMP if self._startup_over else steps
-            if 1 <= steps <= jump and abs(interval - steps * step) <= (
-                CHAIN_TOLERANCE * step + CLOCK_RESOLUTION
-            ):
-                self._steps_per_record = steps
+    def _chained_steps(self, interval: float, step: float) -> int:
+        """The steps of a record whose period starts where the previous one ended, the
+        ``interval`` before it (at most ``MAX_STEPS_JUMP`` times the latest chained record's
+        once start-up is over); else as many as that record held (a pause came between)."""
+        steps = chained_steps(step, interval)
+        if steps is not None and (
+            not self._startup_over or steps <= self._steps_per_record * MAX_STEPS_JUMP
+        ):
+            self._steps_per_record = steps
         return self._steps_per_record
-
-    def _note_step(self, step: float) -> None:
-        """The typical step time and the band above which one stands out, from the recent
-        step times, as ``PeriodicStallDetector`` computes them (10 of them or more)."""
-        self._recent.append(step)
-        self._since_refresh += 1
-        if self._since_refresh < REFERENCE_REFRESH and len(self._recent) != 10:
-            return
-        self._since_refresh = 0
-        ordered = sorted(self._recent)
-        low, quartile = ordered[len(ordered) // 20], ordered[len(ordered) // 4]
-        self._band = quartile + NOISE_Z * (quartile - low) / LOWER_TAIL_SPREAD
-        self._typical = statistics.median(ordered[: bisect.bisect_right(ordered, self._band)])
 
     def _stall_sync(self) -> None:
         """Tell the stall rule of the latest record's end, before it is asked (it is asked at
@@ -226,10 +204,8 @@ class GoodputAccount:
         span_start = self._settled_at
         period_start = max(span_start, t - steps * step)
         work = t - period_start
-        if step > self._band:  # a pause ended this period: its steps' time is work
-            usual = steps * self._typical
-            if steps * step - usual > (STALL_FACTOR - 1) * self._typical:
-                work = min(work, usual)
+        if self._band.excess(step, steps) > 0:  # a pause ended this period
+            work = min(work, steps * self._band.typical)  # its steps' typical time is work
         pause = t - span_start - work
         if pause <= CHAIN_TOLERANCE * step + CLOCK_RESOLUTION:  # the periods chain
             work, pause = work + pause, 0.0

@@ -57,9 +57,12 @@ class InputBoundDetector:
             if sample.value >= 0:
                 self._batch_waits.append(sample.value)
             return
-        if not 0 <= sample.value <= 1:  # no share: a malformed recording
-            return
-        self._shares.append(sample.value)
+        if 0 <= sample.value <= 1:  # else no share: a malformed recording
+            self._share_reading(sample.value, sample.t)
+
+    def _share_reading(self, value: float, t: float) -> None:
+        """One reading of the share: when the median of the newest ones entered each band."""
+        self._shares.append(value)
         if len(self._shares) < MIN_READINGS:
             return
         share = statistics.median(self._shares)
@@ -67,11 +70,11 @@ class InputBoundDetector:
             self._since = self._since_bound = math.nan
             return
         if math.isnan(self._since):
-            self._since = sample.t
+            self._since = t
         if share < INPUT_BOUND_SHARE:
             self._since_bound = math.nan
         elif math.isnan(self._since_bound):
-            self._since_bound = sample.t
+            self._since_bound = t
 
     def evaluate(self, now: float) -> Evaluation:
         if len(self._shares) < MIN_READINGS or not self._steps:

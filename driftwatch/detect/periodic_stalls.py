@@ -4,38 +4,18 @@ first step of an epoch. Reasoning and experiments: docs/detectors.md, "Periodic 
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections import deque
 
 import numpy as np
 
 from driftwatch.detect import Evaluation
+from driftwatch.detect.stall_band import STALL_FACTOR, StallBand
 from driftwatch.detect.stats import FloatArray, mann_kendall, theil_sen
 from driftwatch.findings import Finding, Severity
 from driftwatch.series import Sample
 from driftwatch.units import human_seconds
 
-STALL_FACTOR = 5.0
-"""An interval is a stall when its steps took more than this many typical steps' time."""
-NOISE_Z = 6.0
-"""Standard deviations (of the recent samples' lower tail) a stall's sample stands out by."""
-REFERENCE_SAMPLES = 128
-"""Recent step-time samples that give the typical step time and their spread."""
-REFERENCE_REFRESH = 32
-"""Samples after which the typical step time is computed again (or ``REFERENCE_SECONDS``)."""
-REFERENCE_SECONDS = 60.0
-"""Seconds after which the typical step time is computed again, with 10 samples or more."""
-LOWER_TAIL_SPREAD = 0.9711
-"""The distance from a normal law's 5th to its 25th percentile, in standard deviations."""
-CHAIN_TOLERANCE = 1e-3
-"""Share of a step's time by which an interval may miss its steps' time and still chain."""
-CLOCK_RESOLUTION = 2e-6
-"""Seconds of rounding a unix time stored as a double may add to a time difference."""
-MAX_STEPS_JUMP = 4
-"""How many times the usual steps per sample one sample may hold and still chain."""
-CHAIN_CHECKS = 4
-"""Refreshes over which the share of chained samples is averaged (a moving average)."""
 MOST_WALL_TIME = 0.5
 """Share of wall time that periodic stalls must take to be a warning."""
 STILL_MOST_WALL_TIME = 0.4
@@ -49,19 +29,16 @@ class PeriodicStallDetector:
     ``STILL_MOST_WALL_TIME``), or when they keep getting longer.
 
     Each ``step_seconds`` sample is the mean step time of the interval it closes: one step
-    (the hook) or every step since the previous logged record (event files). The steps in
-    it are the interval's wall time over that mean, when the interval is exactly theirs;
-    when it is not (the hook left out validation or the start of a ``fit`` before it), the
-    sample follows a pause the source already set apart and is not a stall. A sample is a
-    stall when it stands out (``NOISE_Z`` standard deviations of the recent samples' lower
-    tail above their lower quartile) and its interval lasted more than its steps at the
-    typical step time (the median of the recent samples that do not stand out) by over
-    ``STALL_FACTOR - 1`` typical steps: that excess is the stall's duration, wherever in
-    the interval it fell. Stalls recur when most of their intervals, in samples, are within
-    a tenth of the period or one sample (the resolution of the logging); the period in
-    steps is that in samples times the steps per sample, as a sample checked at each
-    refresh holds. Times that do not chain at all (a samples file on a coarse clock) are
-    taken as one step per sample. See docs/detectors.md.
+    (the hook) or every step since the previous logged record (event files). Whether it is
+    a stall, and for how long, is ``StallBand``'s rule (the one goodput's pauses follow): it
+    stands out from the recent samples and its interval lasted more than its steps at the
+    typical step time by over ``STALL_FACTOR - 1`` typical steps. A sample that follows a
+    pause the source already set apart (its time is not its steps': the hook left out
+    validation or the start of a ``fit``) is none (``StallBand.steps_of``): what is slow in
+    it is the first step after that pause, not steady training interrupted. Stalls recur
+    when most of their intervals, in samples, are within a tenth of the period or one sample
+    (the resolution of the logging); the period in steps is that in samples times the usual
+    steps per sample. See docs/detectors.md.
     """
 
     name = "periodic_stall"
@@ -70,15 +47,9 @@ class PeriodicStallDetector:
     def __init__(self, factor: float = STALL_FACTOR, min_stalls: int = 4, window: int = 64) -> None:
         self.factor = factor
         self.min_stalls = min_stalls
-        self._recent: deque[float] = deque(maxlen=REFERENCE_SAMPLES)
-        self._since_refresh = 0
-        self._refreshed_t = -math.inf
-        self._band = math.nan  # seconds per step: higher than this, a sample stands out
-        self._typical = math.nan  # and the median of the recent samples below that
+        self._band = StallBand(factor)
         self._last_t = math.nan
         self._samples = 0  # samples seen
-        self._steps_per_sample = 1  # the last chained sample's, at a refresh
-        self._chained_share = 1.0  # moving share of chained samples at the refreshes
         # sample index, t, stall seconds
         self._stalls: deque[tuple[int, float, float]] = deque(maxlen=window)
         self._stalls_seen = 0
@@ -91,54 +62,14 @@ class PeriodicStallDetector:
             return
         interval, self._last_t = t - self._last_t, t
         self._samples += 1
-        self._recent.append(value)
-        self._since_refresh += 1
-        if self._since_refresh >= REFERENCE_REFRESH or t - self._refreshed_t >= REFERENCE_SECONDS:
-            self._refresh(value, interval, t)
-        if value > self._band:
-            self._stands_out(value, interval, t)
-
-    def _stands_out(self, value: float, interval: float, t: float) -> None:
-        """A sample above the band is a stall if its interval lasted more than its steps at
-        the typical step time by over ``factor - 1`` typical steps, and it chains."""
-        steps = self._steps_of(value, interval)
-        usual = self._steps_per_sample
-        if steps is None or steps > MAX_STEPS_JUMP * usual:
-            if self._chained_share >= 0.5:
-                return  # it follows time that no step accounts for
-            steps = usual  # the times do not chain at all (a samples file on a coarse clock)
-        excess = steps * (value - self._typical)
-        if excess > (self.factor - 1) * self._typical:
-            self._stalls.append((self._samples, t, excess))
-            self._stalls_seen += 1
-
-    @staticmethod
-    def _steps_of(value: float, interval: float) -> int | None:
-        """The steps of the interval a sample closes, if its time is exactly theirs (it
-        chains to the previous sample); else None."""
-        if not 0 < interval < math.inf:
-            return None
-        steps = round(interval / value) or 1
-        if abs(interval - steps * value) > CHAIN_TOLERANCE * value + CLOCK_RESOLUTION:
-            return None
-        return steps
-
-    def _refresh(self, value: float, interval: float, t: float) -> None:
-        """From this sample, whether samples chain and how many steps they hold; from the
-        recent samples (10 or more), the band and the typical step time."""
-        steps = self._steps_of(value, interval)
-        self._chained_share += ((steps is not None) - self._chained_share) / CHAIN_CHECKS
-        if steps is not None:
-            self._steps_per_sample = steps
-        if len(self._recent) < 10:
-            return
-        ordered = sorted(self._recent)  # a hundred floats: sorted() beats numpy's quantiles
-        low, quartile = ordered[len(ordered) // 20], ordered[len(ordered) // 4]
-        self._band = quartile + NOISE_Z * (quartile - low) / LOWER_TAIL_SPREAD
-        below = bisect.bisect_right(ordered, self._band)  # more than a quarter of them
-        self._typical = (ordered[(below - 1) // 2] + ordered[below // 2]) / 2
-        self._since_refresh = 0
-        self._refreshed_t = t
+        band = self._band
+        band.add(value, t, interval)
+        if value > band.band:  # else no stall: the steps are not even counted
+            steps = band.steps_of(value, interval)
+            stall = 0.0 if steps is None else band.excess(value, steps)
+            if stall > 0:
+                self._stalls.append((self._samples, t, stall))
+                self._stalls_seen += 1
 
     def _recurring(self, stalls: FloatArray) -> tuple[FloatArray, float] | None:
         """The stalls that recur at a regular period, and that period in samples; None if
@@ -192,13 +123,14 @@ class PeriodicStallDetector:
         # Each stall but the first falls inside the span (a stall ends its interval).
         share = float(extras[1:].sum()) / span if span > 0 else 0.0
         stall = float(np.median(extras))
-        steps = period * self._steps_per_sample
+        steps_per_sample = self._band.steps_per_sample
+        steps = period * steps_per_sample
         evidence: dict[str, float | str] = {
             "period_steps": steps,
             "period_seconds": every,
             "stall_seconds": stall,
             "share_of_wall_time": share,
-            "steps_per_sample": float(self._steps_per_sample),
+            "steps_per_sample": float(steps_per_sample),
             "last_stall_t": float(times[-1]),
         }
         said_every = f"{every:.1f} s" if every >= 1 else human_seconds(every)  # under 1 s: ms

@@ -36,7 +36,6 @@ from driftwatch.detect.memory.startup import (
     StartUp,
 )
 from driftwatch.detect.memory.trends import (
-    CONCLUDE_MIN_POINTS,
     DEFAULT_THRESHOLDS,
     MIN_READINGS,
     RAPID_MAX_WIDTH,
@@ -47,8 +46,8 @@ from driftwatch.detect.memory.trends import (
     TrendAnalysis,
     analyse_scale,
     fresh_rises,
-    whole_run_trend,
 )
+from driftwatch.detect.memory.whole_run import CONCLUDE_MIN_POINTS, whole_run_trend
 from driftwatch.detect.windows import WindowMeans
 from driftwatch.findings import KINDS, Finding, Severity
 from driftwatch.series import Labels, Sample

@@ -8,9 +8,11 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import numpy as np
 
+from driftwatch.causes import LEAK_CLASSES, UNKNOWN_LEAK_CLASS
 from driftwatch.detect.memory.drift import MemoryDriftDetector
 from driftwatch.detect.memory.startup import LOADING_SERIES
 from driftwatch.detect.memory.trends import DEFAULT_THRESHOLDS, MemoryThresholds, Trend
@@ -38,6 +40,16 @@ def _covering(scales: Iterable[WindowMeans], since: float) -> list[tuple[float, 
         if len(points) > len(best):
             best = points
     return best
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatorTrend:
+    """TF allocator memory over a leak's window: whether any device was probed enough to
+    tell (``known``), whether one rose with RSS, and the steepest one's slope (bytes/s)."""
+
+    known: bool = False
+    rising: bool = False
+    slope: float = math.nan
 
 
 class HostMemoryDetector(MemoryDriftDetector):
@@ -91,71 +103,51 @@ class HostMemoryDetector(MemoryDriftDetector):
 
     def leak_class(self, trend: Trend) -> tuple[str, str, float]:
         """(class, advice, TF allocator slope in bytes/s or NaN) from TF allocator memory
-        and tracing over ``trend``'s window."""
-        tf_rising = False
-        tf_known = False
-        tf_slope = math.nan  # the steepest device's
+        and tracing over ``trend``'s window; the advice is the class's in ``LEAK_CLASSES``
+        (``UNKNOWN_LEAK_CLASS`` for ``unknown``)."""
+        allocator = self._allocator_over(trend)
+        name = self._classify(allocator, trend.since)
+        if name in LEAK_CLASSES:
+            return name, LEAK_CLASSES[name].advice, allocator.slope
+        return "unknown", UNKNOWN_LEAK_CLASS[self._why_unknown()], allocator.slope
+
+    def _allocator_over(self, trend: Trend) -> AllocatorTrend:
+        """How TF allocator memory moved over ``trend``'s window, on every device probed:
+        rising with it (at ``TF_SHARE_OF_LEAK`` of its rate, significant at ``TF_RISE_P``) on
+        any of them, and the steepest one's slope."""
+        found = AllocatorTrend()
         for scales in self._tf.values():
             points = _covering(scales.values(), trend.since)
-            if len(points) >= 4:  # at most ``points`` means: cheap
-                tf_known = True
-                times = np.array([t for t, _ in points])
-                values = np.array([m for _, m in points])
-                slope, _ = theil_sen(times, values)
-                tf_slope = max(slope, tf_slope) if math.isfinite(tf_slope) else slope
-                keeps_pace = slope >= TF_SHARE_OF_LEAK * trend.slope
-                tf_rising = tf_rising or (keeps_pace and mann_kendall(values).p < TF_RISE_P)
-        if tf_rising:
-            return (
-                "tensors_kept_alive",
-                (
-                    "TensorFlow's own allocator grows with it: tensors are being kept alive, "
-                    "e.g. outputs or losses appended to a Python list, or a tf.Variable/metric "
-                    "that accumulates, or whole models kept alive (models built in a loop: "
-                    "keras.backend.clear_session() between them). Keep Python floats "
-                    "(loss.numpy()) instead of tensors."
-                ),
-                tf_slope,
+            if len(points) < 4:
+                continue
+            times = np.array([t for t, _ in points])  # at most ``points`` means: cheap
+            values = np.array([m for _, m in points])
+            slope, _ = theil_sen(times, values)
+            keeps_pace = slope >= TF_SHARE_OF_LEAK * trend.slope
+            found = AllocatorTrend(
+                known=True,
+                rising=found.rising or (keeps_pace and mann_kendall(values).p < TF_RISE_P),
+                slope=max(slope, found.slope) if math.isfinite(found.slope) else slope,
             )
-        if self._retraced(trend.since):
-            return (
-                "retracing",
-                (
-                    "TensorFlow allocator memory is flat while the train function keeps being "
-                    "retraced: each trace keeps a new graph alive. Pass tensors, not Python "
-                    "numbers, to tf.function (tf.constant(lr)), or give it an input_signature; "
-                    "use reduce_retracing=True for varying shapes."
-                ),
-                tf_slope,
-            )
-        if tf_known:
-            return (
-                "framework_state",
-                (
-                    "TensorFlow allocator memory and tracing are flat: Python or framework "
-                    "state grows, e.g. models or layers built in a loop without "
-                    "keras.backend.clear_session(), histories or caches that keep growing, or "
-                    "allocator fragmentation (try TCMALLOC or jemalloc)."
-                ),
-                tf_slope,
-            )
+        return found
+
+    def _classify(self, allocator: AllocatorTrend, since: float) -> str:
+        """The leak class's name in ``LEAK_CLASSES``, or ``unknown``: tensors when the
+        allocator rises with RSS, retracing when the train function was traced again, Python
+        or framework state when the allocator was probed and neither holds."""
+        if allocator.rising:
+            return "tensors_kept_alive"
+        if self._retraced(since):
+            return "retracing"
+        return "framework_state" if allocator.known else "unknown"
+
+    def _why_unknown(self) -> str:
+        """Why the class cannot be told, as ``UNKNOWN_LEAK_CLASS`` names it."""
         if self._tf:
-            advice = (
-                "TensorFlow's allocator has not been probed over this window yet: the likely "
-                "class follows once it has."
-            )
-        elif self._traces["tracing_count"]:  # the hook runs: the allocator keeps no statistics
-            advice = (
-                "TensorFlow's allocator keeps no statistics here (its CPU allocator does not "
-                "by default; driftwatch run --cpu-allocator-stats turns them on), so tensors "
-                "cannot be told from Python state: compare two tracemalloc snapshots."
-            )
-        else:
-            advice = (
-                "Without the in-process hook driftwatch cannot tell tensors from Python state: "
-                "run the job under driftwatch run, or compare two tracemalloc snapshots."
-            )
-        return "unknown", advice, tf_slope
+            return "not_probed_yet"
+        if self._traces["tracing_count"]:  # the hook runs: the allocator keeps no statistics
+            return "no_allocator_statistics"
+        return "no_hook"
 
     def explain(self, trend: Trend) -> tuple[str, dict[str, float | str]]:
         leak_class, advice, tf_slope = self.leak_class(trend)

@@ -174,6 +174,11 @@ class Loading:
         elif cpu - self._first_cpu >= STARTUP_MAX_CPU_SECONDS:
             self.ended_at = self.decided_at = t
             return
+        self._row(t, cpu, reads, file)
+
+    def _row(self, t: float, cpu: float, reads: float, file: float) -> None:
+        """A reading of every loading series at ``t``: start-up ended at the newest row
+        quiet enough before it if neither the file-backed memory nor the reads grew since."""
         rows = self._rows
         level = self._level
         rows.append((t, cpu, reads, file, level))
@@ -183,19 +188,25 @@ class Loading:
         self._appended += 1
         if low_cpu > cpu - QUIET_CPU_SECONDS and low_level > level - QUIET_GROWTH_BYTES:
             return  # no row is far enough below in CPU time nor in memory to be the base
-        base = None  # the newest row at least the quiet time and CPU (or growth) before
-        for row in reversed(rows):
-            if row[0] <= t - QUIET_SECONDS and (
-                row[1] <= cpu - QUIET_CPU_SECONDS or row[4] <= level - QUIET_GROWTH_BYTES
-            ):
-                base = row
-                break
+        base = self._base(t, cpu, level)
         if base is None:
             return
         while rows[0] is not base:  # older rows are never a newer reading's base
             rows.popleft()
         if file - base[3] < QUIET_FILE_BYTES and reads - base[2] < QUIET_READ_BYTES:
             self.ended_at, self.decided_at = base[0], t
+
+    def _base(
+        self, t: float, cpu: float, level: float
+    ) -> tuple[float, float, float, float, float] | None:
+        """The newest row at least ``QUIET_SECONDS`` and ``QUIET_CPU_SECONDS`` (or
+        ``QUIET_GROWTH_BYTES`` of growth) before the reading at ``t``; None if none is."""
+        for row in reversed(self._rows):
+            if row[0] <= t - QUIET_SECONDS and (
+                row[1] <= cpu - QUIET_CPU_SECONDS or row[4] <= level - QUIET_GROWTH_BYTES
+            ):
+                return row
+        return None
 
 
 def _lowest(low: deque[tuple[int, float]], number: int, value: float, first: int) -> float:

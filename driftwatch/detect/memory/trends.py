@@ -1,9 +1,9 @@
 """Trends and level jumps of one memory signal at one window width, and what counts as drift.
 
 Trends are judged on window floors (Theil-Sen slope, Mann-Kendall significance) within the
-segment after the last level jump; rapid growth on the newest few narrow windows; at a run's
-end, growth over all its windows since start-up. Reasoning
-and experiments: docs/detectors.md, "Memory drift".
+segment after the last level jump; rapid growth on the newest few narrow windows (growth over
+a whole run, at its end: ``whole_run``). Reasoning and experiments: docs/detectors.md,
+"Memory drift".
 """
 
 from __future__ import annotations
@@ -95,32 +95,6 @@ class MemoryThresholds:
 
 DEFAULT_THRESHOLDS = MemoryThresholds()
 """The thresholds the detectors run with."""
-CONCLUDE_MIN_POINTS = 3
-"""Window floors since start-up (the open one included) a run's end needs to state growth."""
-CONCLUDE_MIN_SHARE = 0.1
-"""Growth stated at a run's end adds at least this share of the level it started from."""
-CONCLUDE_JUMP_SHARE = 0.5
-"""Growth stated at a run's end has no window rising by more than this share of it."""
-CONCLUDE_ALPHA = 0.01
-"""Mann-Kendall level for growth stated at a run's end, from ``CONCLUDE_MK_POINTS`` windows."""
-CONCLUDE_MK_POINTS = 6
-"""Windows from which that test applies; fewer must each be higher than the last."""
-CONCLUDE_PACE = 0.5
-"""Growth stated at a run's end: its newer half rose at least this share of the older's rate."""
-CONCLUDE_UNSETTLED_SHARE = 0.4
-"""Growth stated at the end of a run that ended within its start-up: share its newer half adds."""
-CONCLUDE_UNSETTLED_BYTES = 512 * MIB
-"""Bytes that growth stated at the end of a run within its start-up adds at least."""
-CONCLUDE_STEADY_POINTS = 10
-"""Windows since start-up from which smaller growth, steady to the end, is stated at the end."""
-CONCLUDE_STEADY_SHARE = 0.01
-"""Share of the level it started from that such steady growth adds at least."""
-CONCLUDE_STEADY_BYTES = 8 * MIB
-"""Bytes that such steady growth adds at least."""
-CONCLUDE_STEADY_ALIKE = 2.0
-"""Steady: no third of the windows rises more than this many times as fast as another."""
-CONCLUDE_STEADY_TAU = 0.95
-"""Steady: Kendall's tau of its floors at least this (nearly every window above the earlier)."""
 RAPID_MAX_WIDTH = 2.0
 """Widest scale, in seconds, judged for rapid growth on its newest few windows."""
 RAPID_POINTS = 4
@@ -173,25 +147,9 @@ def analyse_scale(
     times = np.array([t for t, _ in scale.means])
     floors = np.array(scale.floors)
     level = scale.means[-1][1]
-    if scale.width <= RAPID_MAX_WIDTH:
-        rising_times, rising_floors = times, floors
-        if full:
-            start, _, floor, _ = scale.windows(with_open=True)[-1]
-            rising_times, rising_floors = np.append(times, start), np.append(floors, floor)
-        recent = np.flatnonzero(rising_times >= started)[-RAPID_POINTS:]
-        rapid = _even_rise(
-            scale.width, rising_times[recent], rising_floors[recent], level, thresholds
-        )
-        if rapid is not None and len(recent) == RAPID_POINTS:
-            # It has risen since the first of the unbroken run of higher floors.
-            first = int(recent[0])
-            while (
-                first > 0
-                and rising_times[first - 1] >= started
-                and rising_floors[first - 1] < rising_floors[first]
-            ):
-                first -= 1
-            analysis.rapid.append(replace(rapid, since=float(rising_times[first])))
+    rapid = _rapid_growth(scale, times, floors, level, thresholds, started, full)
+    if rapid is not None:
+        analysis.rapid.append(rapid)
     if len(scale.means) < thresholds.min_points:
         return analysis
     smallest_jump = max(thresholds.min_growth_bytes * 4, 0.005 * level)
@@ -204,31 +162,79 @@ def analyse_scale(
     # floor itself). The segment starts there.
     start = splits[-1] if splits else 0
     # Narrow scales are urgent only as rapid growth: a rise must still be even now.
+    alpha = thresholds.alpha
     buckets = [(times >= warm_until, analysis.settled)]
     if scale.width > RAPID_MAX_WIDTH:
         buckets.append((times >= started, analysis.fast))
     for subset, bucket in buckets:
-        idx = np.arange(start, len(floors))
-        if subset is not None:
-            idx = idx[subset[start:]]
+        idx = np.arange(start, len(floors))[subset[start:]]
         if len(idx) < thresholds.min_points:
             continue
         if bucket is analysis.fast:
             analysis.fast_tested.add(scale.width)
-        slope = 0.0 if flat else theil_sen(times[idx], floors[idx])[0]
-        if not slope > 0:
-            continue
-        # The small-sample autocorrelation estimate is too unstable below ~16 points.
-        test = mann_kendall(floors[idx], lag1_correction=len(idx) >= 16)
-        if test.p < thresholds.alpha:
-            half = len(idx) // 2
-            older_slope, _ = theil_sen(times[idx[:half]], floors[idx[:half]])
-            newer_slope, _ = theil_sen(times[idx[half:]], floors[idx[half:]])
-            since = float(times[idx[0]])
-            half_span = (times[idx[-1]] - times[idx[0]]) / 2
-            decay = _decay(older_slope, newer_slope, half_span)
-            bucket.append(Trend(scale.width, slope, test.p, level, since, len(idx), decay))
+        trend = None if flat else _segment_trend(scale.width, times, floors, idx, level, alpha)
+        if trend is not None:
+            bucket.append(trend)
     return analysis
+
+
+def _rapid_growth(
+    scale: WindowMeans,
+    times: np.ndarray,
+    floors: np.ndarray,
+    level: float,
+    thresholds: MemoryThresholds,
+    started: float,
+    full: bool,
+) -> Trend | None:
+    """An even rise of the newest ``RAPID_POINTS`` windows since ``started`` (``full``: the
+    window still filling is one), dated from the first of the unbroken run of higher floors
+    it belongs to; None if there is none, or the scale is wider than ``RAPID_MAX_WIDTH``."""
+    if scale.width > RAPID_MAX_WIDTH:
+        return None
+    rising_times, rising_floors = times, floors
+    if full:
+        start, _, floor, _ = scale.windows(with_open=True)[-1]
+        rising_times, rising_floors = np.append(times, start), np.append(floors, floor)
+    recent = np.flatnonzero(rising_times >= started)[-RAPID_POINTS:]
+    rapid = _even_rise(scale.width, rising_times[recent], rising_floors[recent], level, thresholds)
+    if rapid is None or len(recent) != RAPID_POINTS:
+        return None
+    first = int(recent[0])
+    while (
+        first > 0
+        and rising_times[first - 1] >= started
+        and rising_floors[first - 1] < rising_floors[first]
+    ):
+        first -= 1
+    return replace(rapid, since=float(rising_times[first]))
+
+
+def _segment_trend(
+    width: float,
+    times: np.ndarray,
+    floors: np.ndarray,
+    idx: np.ndarray,
+    level: float,
+    alpha: float,
+) -> Trend | None:
+    """The rise of the windows ``idx`` (Theil-Sen slope, and how fast it levels off) if it
+    is significant at ``alpha`` (Mann-Kendall); None if not, or if their slope is not above
+    0 (then the test is skipped)."""
+    slope = theil_sen(times[idx], floors[idx])[0]
+    if not slope > 0:
+        return None
+    # The small-sample autocorrelation estimate is too unstable below ~16 points.
+    test = mann_kendall(floors[idx], lag1_correction=len(idx) >= 16)
+    if not test.p < alpha:
+        return None
+    half = len(idx) // 2
+    older_slope, _ = theil_sen(times[idx[:half]], floors[idx[:half]])
+    newer_slope, _ = theil_sen(times[idx[half:]], floors[idx[half:]])
+    since = float(times[idx[0]])
+    half_span = (times[idx[-1]] - times[idx[0]]) / 2
+    decay = _decay(older_slope, newer_slope, half_span)
+    return Trend(width, slope, test.p, level, since, len(idx), decay)
 
 
 def _even_rise(
@@ -361,89 +367,3 @@ def _anchored_rise(
     floors = np.array([min(windows[k]) for k in newest])
     rise = _even_rise(width, starts, floors, float(readings[-1][1]), thresholds)
     return [] if rise is None else [rise]
-
-
-def whole_run_trend(
-    best: list[tuple[float, float, float, int]],
-    width: float,
-    unsettled: bool,
-    thresholds: MemoryThresholds,
-) -> Trend | None:
-    """Steady, material growth over ``best``, the windows (start, mean, floor, readings) of
-    one scale since start-up, the open one too, at a run's end (``MemoryDriftDetector.
-    conclude``). ``unsettled``: the run ended within its start-up climb, and is judged on
-    the newer half of its windows, for growth that adds ``CONCLUDE_UNSETTLED_SHARE`` there
-    (a start-up's climb slows after its first jump; a leak does not). Growth too small for
-    ``CONCLUDE_MIN_SHARE`` is stated when it is steady to the end (``_steady_to_end``)."""
-    # The growth ends where it stopped: a job that stopped training lingers a while.
-    if len(best) > 2:
-        typical = float(np.median(np.diff([w[2] for w in best])))
-        while len(best) > 1 and best[-1][2] - best[-2][2] <= CONCLUDE_PACE * typical:
-            best = best[:-1]
-    if unsettled:  # within start-up: its newer half only
-        best = best[-max(CONCLUDE_MIN_POINTS, (len(best) + 1) // 2) :]
-    if len(best) < CONCLUDE_MIN_POINTS:
-        return None
-    times = np.array([w[0] for w in best])
-    floors = np.array([w[2] for w in best])
-    rises = np.diff(floors)
-    grown = floors[-1] - floors[0]
-    # A single jump is never growth: it holds most of the rise (of two rises, 3x the other).
-    lumpy = (
-        rises.max() > RAPID_EVEN * rises.min()
-        if len(rises) < 3
-        else rises.max() > CONCLUDE_JUMP_SHARE * grown
-    )
-    least, min_share = 4 * thresholds.min_growth_bytes, CONCLUDE_MIN_SHARE
-    if unsettled:  # more than the interpreter and its libraries
-        least, min_share = CONCLUDE_UNSETTLED_BYTES, CONCLUDE_UNSETTLED_SHARE
-    if lumpy:
-        return None
-    if grown < max(least, min_share * floors[0]):
-        if unsettled:
-            return None
-        return _steady_to_end(times, floors, best[-1][1], width, thresholds)
-    test = mann_kendall(floors)
-    if len(floors) < CONCLUDE_MK_POINTS and not np.all(rises > 0):
-        return None
-    if len(floors) >= CONCLUDE_MK_POINTS and not test.p < CONCLUDE_ALPHA:
-        return None
-    half = len(floors) // 2
-    older, _ = theil_sen(times[: half + 1], floors[: half + 1])
-    newer, _ = theil_sen(times[half:], floors[half:])
-    if newer < CONCLUDE_PACE * older:
-        return None  # levelling off: a start-up's tail, a cache filling
-    slope, _ = theil_sen(times, floors)
-    return Trend(width, slope, test.p, best[-1][1], float(times[0]), len(floors), math.inf)
-
-
-def _steady_to_end(
-    times: np.ndarray,
-    floors: np.ndarray,
-    level: float,
-    width: float,
-    thresholds: MemoryThresholds,
-) -> Trend | None:
-    """Growth since start-up too small for the whole run's share that is steady to the end:
-    from ``CONCLUDE_STEADY_POINTS`` windows, significant at ``thresholds.alpha`` and clean
-    (Kendall's tau ``CONCLUDE_STEADY_TAU``: on a noisy signal a settling creep's thirds can
-    come out alike), its three thirds each rising at a rate within ``CONCLUDE_STEADY_ALIKE``
-    of the others (still growing at the end as fast as at the start: a settling start
-    slows), adding ``CONCLUDE_STEADY_BYTES`` and ``CONCLUDE_STEADY_SHARE`` of the level it
-    started from (docs/detectors.md, "Steady growth to the end")."""
-    count = len(floors)
-    grown = floors[-1] - floors[0]
-    if count < CONCLUDE_STEADY_POINTS or grown < max(
-        CONCLUDE_STEADY_BYTES, CONCLUDE_STEADY_SHARE * floors[0]
-    ):
-        return None
-    test = mann_kendall(floors)
-    if not test.p < thresholds.alpha or test.tau < CONCLUDE_STEADY_TAU:
-        return None
-    third = count // 3  # thirds share their boundary windows
-    parts = ((0, third + 1), (third, count - third), (count - third - 1, count))
-    rates = [theil_sen(times[a:b], floors[a:b])[0] for a, b in parts]
-    if not min(rates) > 0 or max(rates) > CONCLUDE_STEADY_ALIKE * min(rates):
-        return None
-    slope, _ = theil_sen(times, floors)
-    return Trend(width, slope, test.p, level, float(times[0]), count, math.inf)

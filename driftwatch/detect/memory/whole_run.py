@@ -1,0 +1,147 @@
+"""Growth over a whole run since start-up, stated at the run's end when no live trend said it:
+steady, material and spread out, or smaller but steady to the end. Reasoning and experiments:
+docs/detectors.md, "The end of a run" and "Steady growth to the end".
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from driftwatch.detect.memory.trends import RAPID_EVEN, MemoryThresholds, Trend
+from driftwatch.detect.stats import mann_kendall, theil_sen
+from driftwatch.units import MIB
+
+CONCLUDE_MIN_POINTS = 3
+"""Window floors since start-up (the open one included) a run's end needs to state growth."""
+CONCLUDE_MIN_SHARE = 0.1
+"""Growth stated at a run's end adds at least this share of the level it started from."""
+CONCLUDE_JUMP_SHARE = 0.5
+"""Growth stated at a run's end has no window rising by more than this share of it."""
+CONCLUDE_ALPHA = 0.01
+"""Mann-Kendall level for growth stated at a run's end, from ``CONCLUDE_MK_POINTS`` windows."""
+CONCLUDE_MK_POINTS = 6
+"""Windows from which that test applies; fewer must each be higher than the last."""
+CONCLUDE_PACE = 0.5
+"""Growth stated at a run's end: its newer half rose at least this share of the older's rate."""
+CONCLUDE_UNSETTLED_SHARE = 0.4
+"""Growth stated at the end of a run that ended within its start-up: share its newer half adds."""
+CONCLUDE_UNSETTLED_BYTES = 512 * MIB
+"""Bytes that growth stated at the end of a run within its start-up adds at least."""
+CONCLUDE_STEADY_POINTS = 10
+"""Windows since start-up from which smaller growth, steady to the end, is stated at the end."""
+CONCLUDE_STEADY_SHARE = 0.01
+"""Share of the level it started from that such steady growth adds at least."""
+CONCLUDE_STEADY_BYTES = 8 * MIB
+"""Bytes that such steady growth adds at least."""
+CONCLUDE_STEADY_ALIKE = 2.0
+"""Steady: no third of the windows rises more than this many times as fast as another."""
+CONCLUDE_STEADY_TAU = 0.95
+"""Steady: Kendall's tau of its floors at least this (nearly every window above the earlier)."""
+
+Window = tuple[float, float, float, int]
+"""A window of one scale: (start, mean, floor, readings)."""
+
+
+def whole_run_trend(
+    best: list[Window],
+    width: float,
+    unsettled: bool,
+    thresholds: MemoryThresholds,
+) -> Trend | None:
+    """Steady, material growth over ``best``, the windows of one scale since start-up, the
+    open one too, at a run's end (``MemoryDriftDetector.conclude``). ``unsettled``: the run
+    ended within its start-up climb, and is judged on the newer half of its windows, for
+    growth that adds ``CONCLUDE_UNSETTLED_SHARE`` there (a start-up's climb slows after its
+    first jump; a leak does not). Growth too small for ``CONCLUDE_MIN_SHARE`` is stated when
+    it is steady to the end (``_steady_to_end``)."""
+    best = _growing_part(best, unsettled)
+    if len(best) < CONCLUDE_MIN_POINTS:
+        return None
+    times = np.array([w[0] for w in best])
+    floors = np.array([w[2] for w in best])
+    if _lumpy(floors):
+        return None
+    least, min_share = 4 * thresholds.min_growth_bytes, CONCLUDE_MIN_SHARE
+    if unsettled:  # more than the interpreter and its libraries
+        least, min_share = CONCLUDE_UNSETTLED_BYTES, CONCLUDE_UNSETTLED_SHARE
+    if floors[-1] - floors[0] < max(least, min_share * floors[0]):
+        if unsettled:
+            return None
+        return _steady_to_end(times, floors, best[-1][1], width, thresholds)
+    return _material_growth(times, floors, best[-1][1], width)
+
+
+def _growing_part(best: list[Window], unsettled: bool) -> list[Window]:
+    """The windows up to where the growth stopped (a job that stopped training lingers a
+    while); within start-up (``unsettled``), their newer half only."""
+    if len(best) > 2:
+        typical = float(np.median(np.diff([w[2] for w in best])))
+        while len(best) > 1 and best[-1][2] - best[-2][2] <= CONCLUDE_PACE * typical:
+            best = best[:-1]
+    if unsettled:
+        best = best[-max(CONCLUDE_MIN_POINTS, (len(best) + 1) // 2) :]
+    return best
+
+
+def _lumpy(floors: np.ndarray) -> bool:
+    """Whether a single jump holds most of the rise of ``floors`` (of two rises, one more
+    than ``RAPID_EVEN`` times the other; of more, one over ``CONCLUDE_JUMP_SHARE`` of it
+    all): a jump is never growth."""
+    rises = np.diff(floors)
+    if len(rises) < 3:
+        return bool(rises.max() > RAPID_EVEN * rises.min())
+    return bool(rises.max() > CONCLUDE_JUMP_SHARE * (floors[-1] - floors[0]))
+
+
+def _material_growth(
+    times: np.ndarray, floors: np.ndarray, level: float, width: float
+) -> Trend | None:
+    """Growth large enough to state if it is steady (every floor higher than the last, or
+    Mann-Kendall p under ``CONCLUDE_ALPHA`` from ``CONCLUDE_MK_POINTS`` windows) and keeps
+    ``CONCLUDE_PACE`` of its rate in its newer half (not a start-up's tail, a cache filling)."""
+    test = mann_kendall(floors)
+    if len(floors) < CONCLUDE_MK_POINTS and not np.all(np.diff(floors) > 0):
+        return None
+    if len(floors) >= CONCLUDE_MK_POINTS and not test.p < CONCLUDE_ALPHA:
+        return None
+    half = len(floors) // 2
+    older, _ = theil_sen(times[: half + 1], floors[: half + 1])
+    newer, _ = theil_sen(times[half:], floors[half:])
+    if newer < CONCLUDE_PACE * older:
+        return None
+    slope, _ = theil_sen(times, floors)
+    return Trend(width, slope, test.p, level, float(times[0]), len(floors), math.inf)
+
+
+def _steady_to_end(
+    times: np.ndarray,
+    floors: np.ndarray,
+    level: float,
+    width: float,
+    thresholds: MemoryThresholds,
+) -> Trend | None:
+    """Growth since start-up too small for the whole run's share that is steady to the end:
+    from ``CONCLUDE_STEADY_POINTS`` windows, significant at ``thresholds.alpha`` and clean
+    (Kendall's tau ``CONCLUDE_STEADY_TAU``: on a noisy signal a settling creep's thirds can
+    come out alike), its three thirds each rising at a rate within ``CONCLUDE_STEADY_ALIKE``
+    of the others (still growing at the end as fast as at the start: a settling start
+    slows), adding ``CONCLUDE_STEADY_BYTES`` and ``CONCLUDE_STEADY_SHARE`` of the level it
+    started from (docs/detectors.md, "Steady growth to the end")."""
+    count = len(floors)
+    grown = floors[-1] - floors[0]
+    if count < CONCLUDE_STEADY_POINTS or grown < max(
+        CONCLUDE_STEADY_BYTES, CONCLUDE_STEADY_SHARE * floors[0]
+    ):
+        return None
+    test = mann_kendall(floors)
+    if not test.p < thresholds.alpha or test.tau < CONCLUDE_STEADY_TAU:
+        return None
+    third = count // 3  # thirds share their boundary windows
+    parts = ((0, third + 1), (third, count - third), (count - third - 1, count))
+    rates = [theil_sen(times[a:b], floors[a:b])[0] for a, b in parts]
+    if not min(rates) > 0 or max(rates) > CONCLUDE_STEADY_ALIKE * min(rates):
+        return None
+    slope, _ = theil_sen(times, floors)
+    return Trend(width, slope, test.p, level, float(times[0]), count, math.inf)
