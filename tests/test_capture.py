@@ -8,6 +8,7 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ import pytest
 from driftwatch.capture.capturer import (
     KIND_AGAIN_SECONDS,
     MIN_GAP_SECONDS,
+    STACK_ERROR_KEY,
     STACK_KEY,
     Capturer,
 )
@@ -64,8 +66,9 @@ def test_a_slowdown_finding_dumps_the_stacks_and_names_the_file_in_its_evidence(
     tmp_path: Path, python_child: subprocess.Popen[bytes]
 ) -> None:
     capturer = Capturer(tmp_path / "run", python_child.pid, None)
-    annotated = capturer.annotate(1000.0, [finding("abrupt_slowdown")], Store())
+    capturer.annotate(1000.0, [finding("abrupt_slowdown")], Store())
     capturer.close(None, "")  # type: ignore[arg-type]  # waits for the dump
+    annotated = capturer.annotate(1001.0, [finding("abrupt_slowdown")], Store())
     stack = Path(str(annotated[0].evidence[STACK_KEY]))
     assert stack == stack_path(tmp_path / "run", "abrupt_slowdown", 1000.0)
     assert "waiting_for_the_dump" in stack.read_text()
@@ -91,6 +94,7 @@ def test_captures_are_rate_limited_per_run_and_per_kind(
     slow, leak = finding("abrupt_slowdown"), finding("host_memory_drift")
     t = 1000.0
     capturer.annotate(t, [slow], store)
+    capturer.close(None, "")  # type: ignore[arg-type]  # the dump written: now it is named
     # Within the run's gap: nothing new, even for another kind; the first keeps its fields.
     again = capturer.annotate(t + MIN_GAP_SECONDS - 1, [slow, leak], store)
     assert STACK_KEY in again[0].evidence
@@ -175,9 +179,30 @@ def test_missing_py_spy_is_one_clear_message_and_monitoring_goes_on(
         capturer.close(None, "")  # type: ignore[arg-type]
     assert [r.getMessage() for r in caplog.records] == [str(raised.value)]  # once
     later = capturer.annotate(1000.0 + KIND_AGAIN_SECONDS + 1, [finding("stalled")], Store())
-    assert STACK_KEY not in first[0].evidence or STACK_KEY not in later[0].evidence
-    assert STACK_KEY not in later[0].evidence  # a failed dump is not named
+    assert STACK_KEY not in first[0].evidence
+    assert STACK_KEY not in later[0].evidence  # a failed dump is not named...
+    assert later[0].evidence[STACK_ERROR_KEY] == str(raised.value)  # ...its reason is
     assert list_captures(tmp_path / "run") == []
+
+
+def test_a_finding_names_its_stack_dump_only_once_the_file_exists(
+    tmp_path: Path, python_child: subprocess.Popen[bytes]
+) -> None:
+    # Expected: while py-spy is still reading, the finding names no file (a finding recorded
+    # then would point at nothing); once the dump is written, the next tick names it.
+    release = threading.Event()
+
+    def slow_dump(pid: int) -> str:
+        release.wait(10)
+        return dump_stacks(pid)
+
+    capturer = Capturer(tmp_path / "run", python_child.pid, None, slow_dump)
+    during = capturer.annotate(1000.0, [finding("stalled")], Store())
+    assert not any(key.startswith("capture_") for key in during[0].evidence)
+    release.set()
+    capturer.close(None, "")  # type: ignore[arg-type]
+    after = capturer.annotate(1001.0, [finding("stalled")], Store())
+    assert "waiting_for_the_dump" in Path(str(after[0].evidence[STACK_KEY])).read_text()
 
 
 def test_py_spy_refused_permission_gives_the_hint_attach_gives(

@@ -58,7 +58,25 @@ def test_doctor_names_every_source() -> None:
         "listener",
         "promtool",
         "py-spy",
+        "traces",
     } <= names
+
+
+def test_doctor_says_whose_stacks_it_can_dump_and_what_root_lacks() -> None:
+    # Expected: root without SYS_PTRACE reads its own user's processes only, and doctor
+    # says so for the process source and for stack dumps, naming the capability to add.
+    result = subprocess.run(
+        [*WITHOUT_PTRACE, sys.executable, "-m", "driftwatch", "doctor"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = {line.split()[1]: line for line in result.stdout.splitlines()}
+    for name in ("process", "py-spy"):
+        assert "of user root only" in lines[name]
+        assert "SYS_PTRACE" in lines[name]
 
 
 def test_no_such_pid() -> None:

@@ -130,7 +130,7 @@ def test_missing_nvidia_ml_py(monkeypatch: pytest.MonkeyPatch) -> None:
     source.close()
     ok, reason = describe()
     assert not ok
-    assert "pip install 'driftwatch[gpu]'" in reason
+    assert "pip install nvidia-ml-py" in reason
 
 
 def test_gpu_lost_after_a_good_sample(monkeypatch: pytest.MonkeyPatch) -> None:

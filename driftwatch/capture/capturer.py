@@ -1,9 +1,10 @@
 """The capturer: on a slowdown, stall or leak finding, a stack dump and a profiler trace.
 
 It runs beside one monitor: ``annotate`` is called with each tick's findings before they
-are announced, recorded or published, and names the captures in their evidence
-(``capture_stack``, ``capture_trace``, ``capture_logdir``); as a sink, ``close`` waits for
-what is under way. A stack dump runs on a thread of its own (py-spy takes a fraction of a
+are announced, recorded or published, and names in their evidence the captures that exist
+(``capture_stack``, ``capture_trace``, ``capture_logdir``), once they do, or why one could
+not be made (``capture_stack_error``, ``capture_trace_error``); as a sink, ``close`` waits
+for what is under way. A stack dump runs on a thread of its own (py-spy takes a fraction of a
 second, and a tick must not wait); a trace is asked of the hook (``driftwatch.channel.requests``)
 and copied here once the hook says it is done. One reference trace is asked for early in a
 hooked run, after warm-up. Limits and their reasons: docs/capture.md.
@@ -76,7 +77,9 @@ STACK_KEY, TRACE_KEY, LOGDIR_KEY, REFERENCE_KEY = (
     "capture_logdir",
     "capture_reference",
 )
-"""The evidence fields that name a finding's captures."""
+"""The evidence fields that name a finding's captures, once they exist."""
+STACK_ERROR_KEY, TRACE_ERROR_KEY = "capture_stack_error", "capture_trace_error"
+"""The evidence fields that say why a finding's capture could not be made."""
 
 
 @dataclass
@@ -106,14 +109,15 @@ class Capturer:
         self._pid = pid
         self._hook = hook
         self._dump = dump
-        self._evidence: dict[str, dict[str, str]] = {}  # kind: its capture fields
+        self._evidence: dict[str, dict[str, str]] = {}  # kind: its capture fields, as they land
         self._captured: dict[str, float] = {}  # kind: when it was last captured
         self._last = -float("inf")
         self._count = 0
         self._pending: dict[int, _Pending] = {}
         self._last_id = 0
         self._hook_seen: float | None = None
-        self._reference: str | None = None  # the reference trace's path, once asked
+        self._reference_asked = False
+        self._reference = ""  # the reference trace's path, once it exists
         self._threads: list[threading.Thread] = []
         self._said: set[str] = set()  # messages already logged (each once)
         self._lock = threading.Lock()  # guards _evidence against the stack threads
@@ -164,21 +168,25 @@ class Capturer:
         try:
             make_run_dir(self.directory)
         except OSError as err:
-            self._say(f"no captures: cannot create {self.directory}: {err.strerror}")
+            message = f"no captures: cannot create {self.directory}: {err.strerror}"
+            self._say(message)
+            self._note(kind, {STACK_ERROR_KEY: message}, dropped=(STACK_KEY,))
             return
         stack = stack_path(self.directory, kind, now)
-        with self._lock:
-            self._evidence[kind] = {STACK_KEY: str(stack)}
         thread = threading.Thread(
             target=self._dump_to, args=(kind, stack), name="driftwatch-capture", daemon=True
         )
         self._threads.append(thread)
         thread.start()
-        trace = self._ask_trace(kind, now)
-        if trace is not None:
-            with self._lock:
-                self._evidence[kind][TRACE_KEY] = str(trace)
-                self._evidence[kind][LOGDIR_KEY] = str(trace_logdir(self.directory))
+        self._ask_trace(kind, now)
+
+    def _note(self, kind: str, fields: dict[str, str], dropped: Sequence[str] = ()) -> None:
+        """Set ``fields`` and remove ``dropped`` in the capture evidence of ``kind``."""
+        with self._lock:
+            evidence = self._evidence.setdefault(kind, {})
+            for key in dropped:
+                evidence.pop(key, None)
+            evidence.update(fields)
 
     def _dump_to(self, kind: str, path: Path) -> None:
         try:
@@ -187,16 +195,17 @@ class Capturer:
             path.write_text(text, encoding="utf-8")
             path.chmod(0o600)
         except (DriftwatchError, OSError) as err:
-            self._say(str(err) if isinstance(err, DriftwatchError) else f"no stack dump: {err}")
-            with self._lock:
-                self._evidence.get(kind, {}).pop(STACK_KEY, None)
+            message = str(err) if isinstance(err, DriftwatchError) else f"no stack dump: {err}"
+            self._say(message)
+            self._note(kind, {STACK_ERROR_KEY: message}, dropped=(STACK_KEY,))
             return
         log.info("driftwatch: stacks of process %d in %s", self._pid, path)
+        self._note(kind, {STACK_KEY: str(path)}, dropped=(STACK_ERROR_KEY,))
         enforce_caps(self.directory)
 
     def _maybe_reference(self, now: float, store: Store) -> None:
         hook = self._hook
-        if self._reference is not None or hook is None or not hook.connected:
+        if self._reference_asked or hook is None or not hook.connected:
             return
         if self._hook_seen is None:
             self._hook_seen = now
@@ -206,31 +215,29 @@ class Capturer:
             return
         if now - self._hook_seen < REFERENCE_AFTER_SECONDS:
             return
+        self._reference_asked = True
         try:
             make_run_dir(self.directory)
         except OSError as err:
             self._say(f"no captures: cannot create {self.directory}: {err.strerror}")
-            self._reference = ""
             return
-        trace = self._ask_trace(REFERENCE, now)
-        self._reference = "" if trace is None else str(trace)
+        self._ask_trace(REFERENCE, now)
 
-    def _ask_trace(self, label: str, now: float) -> Path | None:
-        """Ask the hook for a trace; where it will be, or None if there is no hook to ask
-        or a trace is under way."""
+    def _ask_trace(self, label: str, now: float) -> None:
+        """Ask the hook for a trace, unless there is no hook to ask or a trace is under way;
+        it is named in the evidence once the hook has written it."""
         hook = self._hook
         if hook is None or not hook.connected or self._pending:
-            return None
+            return
         request = TraceRequest(max(self._last_id + 1, int(now)), TRACE_STEPS, label)
+        destination = trace_path(self.directory, label, now)
         try:
             write_request(hook.path, request)
         except ChannelError as err:
-            self._say(f"no profiler trace: {err}")
-            return None
+            self._failed(_Pending(label, destination, now), str(err))
+            return
         self._last_id = request.id
-        destination = trace_path(self.directory, label, now)
         self._pending[request.id] = _Pending(label, destination, now)
-        return destination
 
     # -- the hook's answers --------------------------------------------------------------
 
@@ -270,17 +277,19 @@ class Capturer:
             pending.destination,
             trace_logdir(self.directory),
         )
+        if pending.label == REFERENCE:
+            self._reference = str(pending.destination)
+        else:
+            fields = {TRACE_KEY: str(pending.destination)}
+            fields[LOGDIR_KEY] = str(trace_logdir(self.directory))
+            self._note(pending.label, fields, dropped=(TRACE_ERROR_KEY,))
         enforce_caps(self.directory)
 
     def _failed(self, pending: _Pending, why: str) -> None:
-        self._say(f"no profiler trace ({pending.label}): {why}")
-        if pending.label == REFERENCE:
-            self._reference = ""
-        with self._lock:
-            fields = self._evidence.get(pending.label, {})
-            if fields.get(TRACE_KEY) == str(pending.destination):
-                fields.pop(TRACE_KEY, None)
-                fields.pop(LOGDIR_KEY, None)
+        message = f"no profiler trace ({pending.label}): {why}"
+        self._say(message)
+        if pending.label != REFERENCE:
+            self._note(pending.label, {TRACE_ERROR_KEY: message}, (TRACE_KEY, LOGDIR_KEY))
 
     def _say(self, message: str) -> None:
         """Log ``message`` once: a capture problem is told, never repeated, never raised."""

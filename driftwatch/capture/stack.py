@@ -19,7 +19,7 @@ from driftwatch.target.access import denied
 STACK_TIMEOUT_SECONDS = 30.0
 """A py-spy dump that takes longer is killed (it pauses the target while it reads it)."""
 PY_SPY = "py-spy"
-INSTALL_HINT = "pip install 'driftwatch[capture]'"
+INSTALL_HINT = "pip install py-spy"
 _DENIED = ("permission denied", "operation not permitted")
 _GONE = ("no such process", "failed to find process", "failed to open process")
 

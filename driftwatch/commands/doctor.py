@@ -12,10 +12,16 @@ from dataclasses import dataclass
 import psutil
 
 from driftwatch.capture.stack import INSTALL_HINT, find_py_spy
+from driftwatch.errors import ACCESS_HINT
 from driftwatch.export.http import DEFAULT_HOST, DEFAULT_PORT
 from driftwatch.sources import eventfiles, host, nvml
-
-CAP_SYS_PTRACE = 19
+from driftwatch.target.access import (
+    CAPABILITY_HINT,
+    NO_ATTACH_HINT,
+    NO_ATTACH_SCOPE,
+    Privileges,
+    privileges,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,30 +31,22 @@ class Check:
     detail: str
 
 
-def _effective_capabilities() -> int:
-    with open("/proc/self/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith("CapEff:"):
-                return int(line.split()[1], 16)
-    return 0
+def _own() -> Privileges:
+    return privileges(os.getpid())
+
+
+def _reach(facts: Privileges) -> str:
+    """Whose processes this driftwatch may read, and what would widen that."""
+    if facts.root and facts.ptrace_capable:
+        return "every process on this machine"
+    if facts.root:
+        return f"processes of user root only ({CAPABILITY_HINT})"
+    return f"processes of user {psutil.Process().username()} only ({ACCESS_HINT})"
 
 
 def check_process_access() -> Check:
-    """Whether driftwatch can read processes of other users (root with CAP_SYS_PTRACE)."""
-    version = f"psutil {psutil.__version__}"
-    try:
-        can_ptrace = bool(_effective_capabilities() >> CAP_SYS_PTRACE & 1)
-    except OSError as err:
-        return Check("process", False, f"{version}; cannot read /proc: {err.strerror}")
-    if can_ptrace:
-        return Check("process", True, f"{version}; can read every process on this machine")
-    user = psutil.Process().username()
-    return Check(
-        "process",
-        True,
-        f"{version}; can read processes of user {user} only "
-        "(sudo, or the SYS_PTRACE capability in a container, to watch others)",
-    )
+    """Whose processes driftwatch can read (root with CAP_SYS_PTRACE: everyone's)."""
+    return Check("process", True, f"psutil {psutil.__version__}; can read {_reach(_own())}")
 
 
 def check_package(name: str, purpose: str, extra: str) -> Check:
@@ -59,11 +57,23 @@ def check_package(name: str, purpose: str, extra: str) -> Check:
 
 
 def check_py_spy() -> Check:
-    """Whether stack dumps at drift can be taken (docs/capture.md)."""
+    """Whether stack dumps at drift can be taken, and of whose jobs (docs/capture.md)."""
     found = find_py_spy()
     if found is None:
-        return Check("py-spy", False, f"not installed ({INSTALL_HINT}): stack dumps at drift")
-    return Check("py-spy", True, f"{found}: stack dumps at drift (needs what attach needs)")
+        return Check("py-spy", False, f"not installed ({INSTALL_HINT}): no stack dumps at drift")
+    facts = _own()
+    if facts.ptrace_scope >= NO_ATTACH_SCOPE:
+        return Check("py-spy", False, f"{found}: no stack dumps at drift: {NO_ATTACH_HINT}")
+    return Check("py-spy", True, f"{found}: stack dumps at drift of {_reach(facts)}")
+
+
+def check_traces() -> Check:
+    """Whether profiler traces at drift can be taken: by the hook, inside a hooked job."""
+    if importlib.util.find_spec("tensorflow") is None:
+        return Check(
+            "traces", False, "TensorFlow not installed here: the hook takes traces in the job"
+        )
+    return Check("traces", True, "TensorFlow Profiler traces at drift of jobs with the hook")
 
 
 def check_port(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> Check:
@@ -93,5 +103,6 @@ def run_checks() -> list[Check]:
             promtool or "not found (apt-get install prometheus): only needed to check rules",
         ),
         check_py_spy(),
+        check_traces(),
         Check("cpus", True, f"{os.cpu_count()} CPUs, {psutil.virtual_memory().total >> 20} MiB"),
     ]

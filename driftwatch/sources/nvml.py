@@ -20,7 +20,7 @@ from driftwatch.sources.nvml_queries import Gpu, Queries
 log = logging.getLogger(__name__)
 
 _OFF = "GPU memory is not monitored, nor GPU utilization, clocks, power or PCIe"
-_NOT_INSTALLED = f"nvidia-ml-py is not installed (pip install 'driftwatch[gpu]'): {_OFF}"
+_NOT_INSTALLED = f"nvidia-ml-py is not installed (pip install nvidia-ml-py): {_OFF}"
 _DRIVER_TOO_OLD = (
     "the NVIDIA driver is older than this nvidia-ml-py supports "
     f"(install the nvidia-ml-py release matching the driver): {_OFF}"
