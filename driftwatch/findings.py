@@ -75,6 +75,9 @@ KINDS: dict[str, KindSpec] = {
 CAPTURE_EVIDENCE = "capture_"
 """Prefix of the evidence fields that name captured evidence (paths: never news by
 themselves, see ``Finding.diagnosis``)."""
+CAPTURE_ERROR = "_error"
+"""Suffix of the capture evidence fields that say why a capture could not be made
+(``capture_stack_error``)."""
 
 Diagnosis = tuple[Severity, frozenset[tuple[str, str]]]
 """A finding's severity and the evidence that names things, such as a leak's class."""

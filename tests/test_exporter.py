@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import replace
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -60,6 +61,17 @@ def test_series_become_metrics_named_by_the_table() -> None:
     assert samples[("driftwatch_gpu_process_memory_bytes", (("gpu", "0"), ("run", "train")))] == 3e9
     # Node-wide series carry no run label.
     assert samples[("driftwatch_gpu_memory_total_bytes", (("gpu", "0"),))] == 80e9
+
+
+def test_a_capture_that_could_not_be_made_is_a_metric_of_its_finding(promtool: str) -> None:
+    why = {"capture_stack_error": "no stack dump: py-spy is not installed (pip install py-spy)"}
+    failed = Finding("stalled", Severity.WARNING, 1_700_000_050.0, "no step", why)
+    text = scrape([replace(snapshot(), findings=(failed,))])
+    labels = (("capture", "stack"), ("kind", "stalled"), ("run", "train"))
+    assert samples_of(text)[("driftwatch_finding_capture_failed", labels)] == 1.0
+    assert "driftwatch_finding_capture_failed{" not in scrape([snapshot()])
+    result = promtool_check_metrics(promtool, text)
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_pid_and_command_live_only_in_the_info_metric() -> None:

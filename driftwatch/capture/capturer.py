@@ -37,7 +37,7 @@ from driftwatch.channel.paths import ChannelError, traces_dir
 from driftwatch.channel.requests import TraceRequest, write_request
 from driftwatch.channel.wire import CaptureStatus
 from driftwatch.errors import DriftwatchError
-from driftwatch.findings import Finding, Severity
+from driftwatch.findings import CAPTURE_ERROR, CAPTURE_EVIDENCE, Finding, Severity
 from driftwatch.runtime.snapshot import Snapshot
 from driftwatch.runtime.store import Store
 from driftwatch.sources.hook import CaptureAnswer, HookSource
@@ -78,7 +78,10 @@ STACK_KEY, TRACE_KEY, LOGDIR_KEY, REFERENCE_KEY = (
     "capture_reference",
 )
 """The evidence fields that name a finding's captures, once they exist."""
-STACK_ERROR_KEY, TRACE_ERROR_KEY = "capture_stack_error", "capture_trace_error"
+STACK_ERROR_KEY, TRACE_ERROR_KEY = (
+    f"{CAPTURE_EVIDENCE}stack{CAPTURE_ERROR}",
+    f"{CAPTURE_EVIDENCE}trace{CAPTURE_ERROR}",
+)
 """The evidence fields that say why a finding's capture could not be made."""
 
 

@@ -17,7 +17,7 @@ from prometheus_client.registry import Collector
 
 from driftwatch import __version__
 from driftwatch.export.exposition import Family, metrics_wsgi_app
-from driftwatch.findings import worst_per_kind
+from driftwatch.findings import CAPTURE_ERROR, CAPTURE_EVIDENCE, worst_per_kind
 from driftwatch.runtime.snapshot import Snapshot
 from driftwatch.series import SERIES, MetricType, Scope
 
@@ -39,6 +39,13 @@ def _cause_ranks(snapshot: Snapshot) -> Rows:
 def _cause_scores(snapshot: Snapshot) -> Rows:
     for kind, item in worst_per_kind(snapshot.findings).items():
         yield from (((kind, cause.cause), cause.score) for cause in item.causes)
+
+
+def _capture_failures(snapshot: Snapshot) -> Rows:
+    for kind, item in worst_per_kind(snapshot.findings).items():
+        for key in item.evidence:
+            if key.startswith(CAPTURE_EVIDENCE) and key.endswith(CAPTURE_ERROR):
+                yield (kind, key[len(CAPTURE_EVIDENCE) : -len(CAPTURE_ERROR)]), 1.0
 
 
 @dataclass(frozen=True)
@@ -100,6 +107,13 @@ RUN_FAMILIES = (
         "counts; docs/detectors.md, Causes).",
         ("kind", "cause"),
         _cause_scores,
+    ),
+    RunFamily(
+        "driftwatch_finding_capture_failed",
+        "1 for each capture (stack, trace) an active finding called for that could not be "
+        "made; the finding's evidence says why (docs/capture.md).",
+        ("kind", "capture"),
+        _capture_failures,
     ),
 )
 """The per-run gauges beside the series of ``SERIES``, in the order a scrape lists them."""
