@@ -492,14 +492,7 @@ def armed_callback() -> Any:
 def measure_capture(run: Callable[[], object], fit_callbacks: list[Any], steps: int) -> list[str]:
     """Time a py-spy dump and a profiler trace, each during one ``fit`` of the configuration
     whose callbacks are ``fit_callbacks``; notes to print."""
-    import threading
-
     import keras
-
-    from driftwatch.capture.capturer import TRACE_STEPS
-    from driftwatch.capture.stack import dump_stacks
-    from driftwatch.channel.paths import traces_dir
-    from driftwatch.channel.requests import TraceRequest, write_request
 
     ends: list[float] = []
 
@@ -509,6 +502,29 @@ def measure_capture(run: Callable[[], object], fit_callbacks: list[Any], steps: 
 
     hook = fit_callbacks[0].hook
     fit_callbacks.append(StepClock())  # removed again at the end
+    notes = stack_dump_notes(run, ends, steps)
+    ends.clear()
+    timings, path = traced_run(run, hook)
+    fit_callbacks.pop()
+    notes.append(profiler_trace_note(timings, ends, path))
+    return notes
+
+
+def step_times(ends: Sequence[float], start: float, end: float) -> tuple[list[float], float]:
+    """Durations of the steps (between the batch ``ends``) that overlap ``[start, end]``,
+    and the median step."""
+    durations = [(b - a, a, b) for a, b in itertools.pairwise(ends)]
+    median = statistics.median(d for d, _, _ in durations)
+    return [d for d, a, b in durations if b >= start and a <= end], median
+
+
+def stack_dump_notes(run: Callable[[], object], ends: list[float], steps: int) -> list[str]:
+    """Dump this process's stacks with py-spy, from a thread, halfway through one ``run``
+    (``ends`` fills with its batch end times): its cost against the steps it overlapped."""
+    import threading
+
+    from driftwatch.capture.stack import dump_stacks
+
     window: list[float] = []
 
     def dump_halfway() -> None:
@@ -518,29 +534,36 @@ def measure_capture(run: Callable[[], object], fit_callbacks: list[Any], steps: 
         text = dump_stacks(os.getpid())
         window.extend([start, time.perf_counter(), float(len(text))])
 
-    def step_times(start: float, end: float) -> tuple[list[float], float]:
-        """Durations of the steps that overlap ``[start, end]``, and the median step."""
-        durations = [(b - a, a, b) for a, b in itertools.pairwise(ends)]
-        median = statistics.median(d for d, _, _ in durations)
-        return [d for d, a, b in durations if b >= start and a <= end], median
-
     notes: list[str] = []
     thread = threading.Thread(target=dump_halfway)
     thread.start()
     run()
     thread.join()
     if len(window) == 3:
-        overlapped, median = step_times(window[0], window[1])
+        overlapped, median = step_times(ends, window[0], window[1])
         notes.append(
             f"capture: a py-spy dump of this process took {(window[1] - window[0]) * 1e3:.0f} ms "
             f"({window[2] / 1024:.1f} KiB); the {len(overlapped)} steps it overlapped took "
             f"{max(overlapped, default=math.nan) * 1e3:.1f} ms at most against a median step of "
             f"{median * 1e3:.2f} ms"
         )
-    ends.clear()
+    return notes
+
+
+TRACE_CALLS = ("_start", "_stop")
+"""The hook's trace controller's calls that start and stop the TensorFlow Profiler."""
+
+
+def traced_run(run: Callable[[], object], hook: Any) -> tuple[dict[str, float], Path]:
+    """One ``run`` with a profiler trace requested through ``hook``'s request file, as the
+    monitor does, its start and stop calls timed: when each began (``_start``, ``_stop``)
+    and how long it took (``... seconds``); and the hook's channel."""
+    from driftwatch.capture.capturer import TRACE_STEPS
+    from driftwatch.channel.requests import TraceRequest, write_request
+
     traces = hook._traces
     timings: dict[str, float] = {}
-    for name in ("_start", "_stop"):
+    for name in TRACE_CALLS:
         original = getattr(traces, name)
 
         def timed(*args: Any, _original: Any = original, _name: str = name) -> Any:
@@ -556,23 +579,28 @@ def measure_capture(run: Callable[[], object], fit_callbacks: list[Any], steps: 
     assert path is not None
     write_request(path, TraceRequest(1, TRACE_STEPS, "bench"))
     run()
-    fit_callbacks.pop()
-    for name in ("_start", "_stop"):
+    for name in TRACE_CALLS:
         delattr(traces, name)
-    if "_start" in timings and "_stop" in timings:
-        traced, median = step_times(timings["_start"], timings["_stop"])
-        size = sum(f.stat().st_size for f in (traces_dir(path) / "1").rglob("*.xplane.pb"))
-        started, stopped = timings["_start seconds"] * 1e3, timings["_stop seconds"] * 1e3
-        notes.append(
-            f"capture: a profiler trace of {TRACE_STEPS} steps: start {started:.1f} ms, "
-            f"stop (writes the trace, {size / 1024:.0f} KiB) {stopped:.1f} ms; "
-            f"the {len(traced)} steps from start to stop took "
-            f"{statistics.median(traced) * 1e3:.2f} ms median, {max(traced) * 1e3:.1f} ms at most, "
-            f"against a median step of {median * 1e3:.2f} ms"
-        )
-    else:
-        notes.append(f"capture: the profiler trace was not taken ({sorted(timings)})")
-    return notes
+    return timings, path
+
+
+def profiler_trace_note(timings: dict[str, float], ends: Sequence[float], path: Path) -> str:
+    """What the profiler trace cost (see ``traced_run``), against the steps it spanned."""
+    from driftwatch.capture.capturer import TRACE_STEPS
+    from driftwatch.channel.paths import traces_dir
+
+    if "_start" not in timings or "_stop" not in timings:
+        return f"capture: the profiler trace was not taken ({sorted(timings)})"
+    traced, median = step_times(ends, timings["_start"], timings["_stop"])
+    size = sum(f.stat().st_size for f in (traces_dir(path) / "1").rglob("*.xplane.pb"))
+    started, stopped = timings["_start seconds"] * 1e3, timings["_stop seconds"] * 1e3
+    return (
+        f"capture: a profiler trace of {TRACE_STEPS} steps: start {started:.1f} ms, "
+        f"stop (writes the trace, {size / 1024:.0f} KiB) {stopped:.1f} ms; "
+        f"the {len(traced)} steps from start to stop took "
+        f"{statistics.median(traced) * 1e3:.2f} ms median, {max(traced) * 1e3:.1f} ms at most, "
+        f"against a median step of {median * 1e3:.2f} ms"
+    )
 
 
 LOOP_IN_SITU_ROW = "custom loop: recognised step (TrainStepRecognizer.called)"
@@ -830,15 +858,29 @@ class MicroRow:
     micros: list[float]
 
 
-def run_micro(settings: Settings) -> tuple[dict[str, tuple[float, float]], list[str]]:
-    """µs per step (median, best) of each variant, baseline subtracted."""
+@dataclass
+class MicroSubjects:
+    """What the micro benchmark times, set up once: two hooks, the custom-loop stand-ins,
+    the callback on a fake model."""
+
+    quiet: Any  # a Hook with probes pushed out of reach
+    default: Any  # a Hook with the default probes, watching a real tf.function
+    plain_function: StandInFunction
+    step_function: PatchedStandIn  # recognised as the train step
+    other_function: PatchedStandIn
+    callback: Any  # a DriftwatchCallback on model, its training begun
+    model: FakeModel
+    logs: dict[str, float]
+
+
+def micro_subjects() -> MicroSubjects:
+    """Build the hooks, the patched stand-ins and the callback, as ``run_micro`` uses them."""
     import tensorflow as tf
 
     from driftwatch.hook import custom_loop
     from driftwatch.hook.core import Hook
     from driftwatch.keras import DriftwatchCallback
 
-    n = settings.micro_iterations
     never = 10**15
     quiet = Hook(run="bench-micro", probe_every_steps=never, probe_every_seconds=float(never))
     default = Hook(run="bench-micro")
@@ -860,7 +902,21 @@ def run_micro(settings: Settings) -> tuple[dict[str, tuple[float, float]], list[
     model = FakeModel()
     callback.set_model(model)
     callback.on_train_begin()
-    logs = {"loss": 0.25}
+    return MicroSubjects(
+        quiet,
+        default,
+        plain_function,
+        step_function,
+        other_function,
+        callback,
+        model,
+        {"loss": 0.25},
+    )
+
+
+def hot_rows(s: MicroSubjects, n: int) -> list[MicroRow]:
+    """The tight-loop variants (``n`` iterations a measurement) and their baselines."""
+    callback, model, logs = s.callback, s.model, s.logs
 
     def callback_loop() -> float:
         train_function = model.train_function
@@ -871,6 +927,27 @@ def run_micro(settings: Settings) -> tuple[dict[str, tuple[float, float]], list[
             on_batch_end(step, logs)
         return (time.perf_counter() - start) / n * 1e6
 
+    return [
+        MicroRow("empty loop", "", loop_empty(n), []),
+        MicroRow("bare train fn", "", loop_train_function(bare_train_function, n), []),
+        MicroRow(HOOK_ROWS[0], "empty loop", loop_calls(s.quiet, n), []),
+        MicroRow(HOOK_ROWS[1], "empty loop", loop_calls(s.default, n), []),
+        MicroRow(HOOK_ROWS[2], "empty loop", loop_with(s.quiet, n), []),
+        MicroRow(HOOK_ROWS[3], "empty loop", loop_with(s.default, n), []),
+        MicroRow("DriftwatchCallback per batch", "bare train fn", callback_loop, []),
+        MicroRow("bare stand-in fn", "", loop_train_function(s.plain_function, n), []),
+        MicroRow(HOOK_ROWS[5], "bare stand-in fn", loop_train_function(s.step_function, n), []),
+        MicroRow(
+            OTHER_FUNCTION_ROW, "bare stand-in fn", loop_train_function(s.other_function, n), []
+        ),
+    ]
+
+
+def cold_rows(s: MicroSubjects, m: int) -> list[MicroRow]:
+    """The one-call-at-a-time variants after evicting the caches (``m`` calls a
+    measurement) and their baselines."""
+    callback, model, logs = s.callback, s.model, s.logs
+    quiet, plain_function, step_function = s.quiet, s.plain_function, s.step_function
     t = time.perf_counter()
 
     def nothing(step: int) -> None:
@@ -893,20 +970,7 @@ def run_micro(settings: Settings) -> tuple[dict[str, tuple[float, float]], list[
     def loop_step(step: int) -> None:
         step_function(None)
 
-    m = settings.micro_cold_iterations
-    rows = [
-        MicroRow("empty loop", "", loop_empty(n), []),
-        MicroRow("bare train fn", "", loop_train_function(bare_train_function, n), []),
-        MicroRow(HOOK_ROWS[0], "empty loop", loop_calls(quiet, n), []),
-        MicroRow(HOOK_ROWS[1], "empty loop", loop_calls(default, n), []),
-        MicroRow(HOOK_ROWS[2], "empty loop", loop_with(quiet, n), []),
-        MicroRow(HOOK_ROWS[3], "empty loop", loop_with(default, n), []),
-        MicroRow("DriftwatchCallback per batch", "bare train fn", callback_loop, []),
-        MicroRow("bare stand-in fn", "", loop_train_function(plain_function, n), []),
-        MicroRow(HOOK_ROWS[5], "bare stand-in fn", loop_train_function(step_function, n), []),
-        MicroRow(
-            OTHER_FUNCTION_ROW, "bare stand-in fn", loop_train_function(other_function, n), []
-        ),
+    return [
         MicroRow("cold: nothing", "", cold(nothing, m), []),
         MicroRow("cold: bare train fn", "", cold(bare_step, m), []),
         MicroRow(HOOK_ROWS[4], "cold: nothing", cold(hook_step, m), []),
@@ -919,14 +983,22 @@ def run_micro(settings: Settings) -> tuple[dict[str, tuple[float, float]], list[
         MicroRow("cold: bare stand-in fn", "", cold(bare_stand_in, m), []),
         MicroRow(HOOK_ROWS[6], "cold: bare stand-in fn", cold(loop_step, m), []),
     ]
-    names = [row.name for row in rows]
+
+
+def measure_rows(rows: Sequence[MicroRow], repeats: int) -> None:
+    """``repeats`` measurements of every row, the rows' order rotated each repeat."""
     by_name = {row.name: row for row in rows}
-    for repeat in range(settings.micro_repeats):
+    names = [row.name for row in rows]
+    for repeat in range(repeats):
         for name in rotated(names, repeat):
             by_name[name].micros.append(by_name[name].runner())
-        print(f"micro repeat {repeat + 1}/{settings.micro_repeats} done", flush=True)
-    callback.on_train_end()
+        print(f"micro repeat {repeat + 1}/{repeats} done", flush=True)
 
+
+def subtract_baselines(rows: Sequence[MicroRow]) -> dict[str, tuple[float, float]]:
+    """µs per step (median, best) of each row, its baseline's subtracted (repeat by
+    repeat for the median)."""
+    by_name = {row.name: row for row in rows}
     results: dict[str, tuple[float, float]] = {}
     for row in rows:
         if not row.baseline:
@@ -935,11 +1007,24 @@ def run_micro(settings: Settings) -> tuple[dict[str, tuple[float, float]], list[
         base = by_name[row.baseline].micros
         diffs = [value - b for value, b in zip(row.micros, base, strict=True)]
         results[row.name] = (statistics.median(diffs), min(row.micros) - min(base))
+    return results
+
+
+def run_micro(settings: Settings) -> tuple[dict[str, tuple[float, float]], list[str]]:
+    """µs per step (median, best) of each variant, baseline subtracted."""
+    s = micro_subjects()
+    rows = [
+        *hot_rows(s, settings.micro_iterations),
+        *cold_rows(s, settings.micro_cold_iterations),
+    ]
+    measure_rows(rows, settings.micro_repeats)
+    s.callback.on_train_end()
+    default = s.default
     notes = [
         f"the default-probe Hook probed about {default.global_step // default.probe_every_steps}"
         f" times (every {default.probe_every_steps} steps)",
     ]
-    return results, notes
+    return subtract_baselines(rows), notes
 
 
 # -- report ---------------------------------------------------------------------------------
@@ -1021,7 +1106,8 @@ def in_situ_table(results: dict[str, tuple[float, float, float]]) -> list[str]:
     return lines
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def arguments(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Settings]:
+    """The command line, and the settings it selects (``--quick``, ``--rounds``)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="a ~30 s smoke run")
     parser.add_argument("--rounds", type=int, help="override the number of rounds")
@@ -1032,7 +1118,141 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = QUICK if args.quick else FULL
     if args.rounds is not None:
         settings = Settings(**{**settings.__dict__, "rounds": max(1, args.rounds)})
+    return args, settings
 
+
+def print_setup(settings: Settings, usable: int | None, pinned: int | None) -> None:
+    """The environment, the CPU affinity and what the macro benchmark will run."""
+    env = environment(usable)
+    env.append(
+        "affinity: not pinned (all usable CPUs)"
+        if pinned is None
+        else f"affinity: every thread pinned to CPU {pinned}"
+    )
+    for line in env:
+        print(line)
+    steps = settings.steps_per_epoch * settings.epochs
+    print(
+        f"macro: {settings.rounds} rounds x {6 + len(LOOP_NAMES)} configurations, "
+        f"{steps} steps per fit "
+        f"({settings.epochs} epochs x {settings.steps_per_epoch}), batch "
+        f"{settings.batch_size}, Dense {settings.width}-{settings.width}-1 on "
+        f"{FEATURES} features",
+        flush=True,
+    )
+
+
+def split_macro(results: list[MacroResult]) -> tuple[list[MacroResult], list[MacroResult]]:
+    """The ``fit`` configurations and the custom-loop ones (each with its own baseline)."""
+    fits = [result for result in results if result.name not in LOOP_NAMES]
+    loops = [result for result in results if result.name in LOOP_NAMES]
+    return fits, loops
+
+
+def print_tables(
+    macro: MacroRun, micro: dict[str, tuple[float, float]], settings: Settings
+) -> None:
+    """The macro (wall clock and CPU time, fit and custom loop), micro and in-situ tables."""
+    fits, loops = split_macro(macro.results)
+    sections = [
+        (
+            "macro, wall clock of each fit call (the goal is judged on this):",
+            macro_table(fits, settings, "wall")[0],
+        ),
+        (
+            "macro, CPU time of the whole process during each fit (insensitive to other load):",
+            macro_table(fits, settings, "cpu")[0],
+        ),
+        (
+            "macro, custom loop (the same steps, a tf.function train step), wall clock:",
+            macro_table(loops, settings, "wall", LOOP_NAMES[1])[0],
+        ),
+        (
+            "macro, custom loop, CPU time of the whole process:",
+            macro_table(loops, settings, "cpu", LOOP_NAMES[1])[0],
+        ),
+        (
+            "micro, the hook's per-step path (baseline loop subtracted):",
+            micro_table(micro)[0],
+        ),
+    ]
+    print()
+    for title, lines in sections:
+        print(title)
+        print("\n".join(lines))
+        print()
+    print("in situ, inside real fit calls (timing shims included):")
+    print("\n".join(in_situ_table(macro.in_situ)))
+    limit = f"{PREEMPTED * 1e3:.0f} ms"
+    preempted = int(macro.in_situ["preempted"][0])
+    print(f"({preempted} calls over {limit}, i.e. descheduled, left out of the means)")
+    print()
+
+
+RATIO_GOALS = (
+    ("DriftwatchCallback", "no callback", "driftwatch"),
+    ("DriftwatchCallback with capture armed", "no callback", ARMED),
+    ("custom loop, step recognised", "no driftwatch", LOOP_NAMES[1]),
+)
+"""The goals judged on fit time: (what, against what, its row), the row's baseline being the
+first row of its group (``none`` for the fit configurations, ``loop: none`` for the loops)."""
+
+
+def ratio_goal_lines(macro: MacroRun, settings: Settings) -> list[str]:
+    """One line per goal of ``RATIO_GOALS``: judged on the wall-clock median per-round
+    ratio, the CPU-time ratio beside it."""
+    fits, loops = split_macro(macro.results)
+    lines = []
+    for what, against, row in RATIO_GOALS:
+        results = loops if row in LOOP_NAMES else fits
+        _, (wall, low, high) = macro_table(results, settings, "wall", row)
+        _, (cpu, _, _) = macro_table(results, settings, "cpu", row)
+        lines.append(
+            f"goal: {what} <= {FIT_RATIO_GOAL:.2f}x {against} "
+            f"(wall-clock median per-round ratio {wall:.3f}x, 95% CI "
+            f"{low:.3f}-{high:.3f}): {verdict(wall <= FIT_RATIO_GOAL)}"
+            f"  [on CPU time: {cpu:.3f}x, {verdict(cpu <= FIT_RATIO_GOAL)}]"
+        )
+    return lines
+
+
+def step_goal_line(macro: MacroRun, micro: dict[str, tuple[float, float]]) -> str:
+    """The per-step goal, judged on the slowest micro ``Hook`` row; the in-situ figures
+    (a real fit, a real custom loop) beside it."""
+    _, worst_hook = micro_table(micro)
+    in_situ_hook = macro.in_situ["Hook per step (started + ended)"][0]
+    loop_in_situ = macro.in_situ[LOOP_IN_SITU_ROW][0]
+    return (
+        f"goal: hook per-step path <= {STEP_MICROSECONDS_GOAL:.0f} µs "
+        f"(slowest Hook row {worst_hook:.3f} µs): {verdict(worst_hook <= STEP_MICROSECONDS_GOAL)}"
+        f"  [in a real fit: {in_situ_hook:.3f} µs, "
+        f"{verdict(in_situ_hook <= STEP_MICROSECONDS_GOAL)}; in a real custom loop: "
+        f"{loop_in_situ:.3f} µs, {verdict(loop_in_situ <= STEP_MICROSECONDS_GOAL)}]"
+    )
+
+
+def report(
+    macro: MacroRun,
+    micro: dict[str, tuple[float, float]],
+    micro_notes: list[str],
+    settings: Settings,
+    quick: bool,
+) -> None:
+    """The tables, the notes and the goals' verdicts."""
+    print_tables(macro, micro, settings)
+    for note in [*macro.notes, *micro_notes]:
+        print(f"note: {note}")
+    load = " ".join(f"{value:.2f}" for value in os.getloadavg())
+    print(f"note: load average at the end: {load}")
+    for line in ratio_goal_lines(macro, settings):
+        print(line)
+    if quick:
+        print("      (quick mode: too few rounds to resolve 2%; run without --quick to judge)")
+    print(step_goal_line(macro, micro))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args, settings = arguments(argv)
     usable = usable_cpus()
     pinned = None if args.no_pin else pin_to_one_cpu()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -1040,23 +1260,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ["DRIFTWATCH_RUNTIME_DIR"] = str(workdir / "channels")
     began = time.perf_counter()
     try:
-        env = environment(usable)
-        env.append(
-            "affinity: not pinned (all usable CPUs)"
-            if pinned is None
-            else f"affinity: every thread pinned to CPU {pinned}"
-        )
-        for line in env:
-            print(line)
-        steps = settings.steps_per_epoch * settings.epochs
-        print(
-            f"macro: {settings.rounds} rounds x {6 + len(LOOP_NAMES)} configurations, "
-            f"{steps} steps per fit "
-            f"({settings.epochs} epochs x {settings.steps_per_epoch}), batch "
-            f"{settings.batch_size}, Dense {settings.width}-{settings.width}-1 on "
-            f"{FEATURES} features",
-            flush=True,
-        )
+        print_setup(settings, usable, pinned)
         macro = run_macro(settings, workdir)
         print(
             f"micro: {settings.micro_repeats} repeats x {settings.micro_iterations} "
@@ -1066,74 +1270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         micro, micro_notes = run_micro(settings)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-
-    fits = [result for result in macro.results if result.name not in LOOP_NAMES]
-    loops = [result for result in macro.results if result.name in LOOP_NAMES]
-    wall_lines, (wall_ratio, wall_low, wall_high) = macro_table(fits, settings, "wall")
-    cpu_lines, (cpu_ratio, _, _) = macro_table(fits, settings, "cpu")
-    _, (armed_wall, armed_low, armed_high) = macro_table(fits, settings, "wall", ARMED)
-    _, (armed_cpu, _, _) = macro_table(fits, settings, "cpu", ARMED)
-    loop_wall_lines, loop_wall = macro_table(loops, settings, "wall", LOOP_NAMES[1])
-    loop_cpu_lines, loop_cpu = macro_table(loops, settings, "cpu", LOOP_NAMES[1])
-    in_situ_lines = in_situ_table(macro.in_situ)
-    in_situ_hook = macro.in_situ["Hook per step (started + ended)"][0]
-    preempted = int(macro.in_situ["preempted"][0])
-    micro_lines, worst_hook = micro_table(micro)
-    fit_ok = wall_ratio <= FIT_RATIO_GOAL  # NaN (no such row) compares False
-    step_ok = worst_hook <= STEP_MICROSECONDS_GOAL
-    print()
-    print("macro, wall clock of each fit call (the goal is judged on this):")
-    print("\n".join(wall_lines))
-    print()
-    print("macro, CPU time of the whole process during each fit (insensitive to other load):")
-    print("\n".join(cpu_lines))
-    print()
-    print("macro, custom loop (the same steps, a tf.function train step), wall clock:")
-    print("\n".join(loop_wall_lines))
-    print()
-    print("macro, custom loop, CPU time of the whole process:")
-    print("\n".join(loop_cpu_lines))
-    print()
-    print("micro, the hook's per-step path (baseline loop subtracted):")
-    print("\n".join(micro_lines))
-    print()
-    print("in situ, inside real fit calls (timing shims included):")
-    print("\n".join(in_situ_lines))
-    limit = f"{PREEMPTED * 1e3:.0f} ms"
-    print(f"({preempted} calls over {limit}, i.e. descheduled, left out of the means)")
-    print()
-    for note in [*macro.notes, *micro_notes]:
-        print(f"note: {note}")
-    load = " ".join(f"{value:.2f}" for value in os.getloadavg())
-    print(f"note: load average at the end: {load}")
-    print(
-        f"goal: DriftwatchCallback <= {FIT_RATIO_GOAL:.2f}x no callback "
-        f"(wall-clock median per-round ratio {wall_ratio:.3f}x, 95% CI "
-        f"{wall_low:.3f}-{wall_high:.3f}): {verdict(fit_ok)}"
-        f"  [on CPU time: {cpu_ratio:.3f}x, {verdict(cpu_ratio <= FIT_RATIO_GOAL)}]"
-    )
-    print(
-        f"goal: DriftwatchCallback with capture armed <= {FIT_RATIO_GOAL:.2f}x no callback "
-        f"(wall-clock median per-round ratio {armed_wall:.3f}x, 95% CI "
-        f"{armed_low:.3f}-{armed_high:.3f}): {verdict(armed_wall <= FIT_RATIO_GOAL)}"
-        f"  [on CPU time: {armed_cpu:.3f}x, {verdict(armed_cpu <= FIT_RATIO_GOAL)}]"
-    )
-    print(
-        f"goal: custom loop, step recognised <= {FIT_RATIO_GOAL:.2f}x no driftwatch "
-        f"(wall-clock median per-round ratio {loop_wall[0]:.3f}x, 95% CI "
-        f"{loop_wall[1]:.3f}-{loop_wall[2]:.3f}): {verdict(loop_wall[0] <= FIT_RATIO_GOAL)}"
-        f"  [on CPU time: {loop_cpu[0]:.3f}x, {verdict(loop_cpu[0] <= FIT_RATIO_GOAL)}]"
-    )
-    if args.quick:
-        print("      (quick mode: too few rounds to resolve 2%; run without --quick to judge)")
-    loop_in_situ = macro.in_situ[LOOP_IN_SITU_ROW][0]
-    print(
-        f"goal: hook per-step path <= {STEP_MICROSECONDS_GOAL:.0f} µs "
-        f"(slowest Hook row {worst_hook:.3f} µs): {verdict(step_ok)}"
-        f"  [in a real fit: {in_situ_hook:.3f} µs, "
-        f"{verdict(in_situ_hook <= STEP_MICROSECONDS_GOAL)}; in a real custom loop: "
-        f"{loop_in_situ:.3f} µs, {verdict(loop_in_situ <= STEP_MICROSECONDS_GOAL)}]"
-    )
+    report(macro, micro, micro_notes, settings, args.quick)
     print(f"total time: {time.perf_counter() - began:.0f} s{' (quick mode)' if args.quick else ''}")
     return 0
 

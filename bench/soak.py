@@ -204,27 +204,51 @@ def soak(workdir: Path, hours: float, warmup: float, trace: bool) -> bool:
                 if trace:  # what is allocated from here on and still held at the end
                     tracemalloc.start(10)
             if tick % 3600 == 0 or tick == ticks:
-                elapsed = time.monotonic() - started
-                print(
-                    f"{tick / 3600:11.1f} | {elapsed:6.0f} | {tick / elapsed:7.0f} | "
-                    f"{len(daemon.runs):7d} | {mb(rss()[0]):>8} | {mb(rss()[1]):>8} | "
-                    f"{mb(db_bytes(db)):>10} | "
-                    f"{history.deferred}",
-                    flush=True,
-                )
+                print(progress_line(tick, started, len(daemon.runs), db, history), flush=True)
         rss_end = rss()
         watched = len(daemon.runs)
         if trace:
-            print("\nallocated since the warm-up and still held, by place (tracemalloc):")
-            for stat in tracemalloc.take_snapshot().statistics("traceback")[:12]:
-                print(f"  {stat.size / 1e3:9.1f} kB in {stat.count} blocks")
-                for line in stat.traceback.format(limit=6):
-                    print(f"      {line}")
-            tracemalloc.stop()
+            print_held_allocations()
         daemon.close()
         history.close()
         for hook in hooks:
             hook.close()
+    ok = rss_verdict(rss_warm, rss_end, watched, warmup, hours)
+    print(f"history database: {mb(db_bytes(db))} for {TARGETS} runs of {hours:g} h")
+    print(f"findings (a healthy soak should raise none): {len(findings)}")
+    for run, finding in findings:
+        print(f"  {run}: [{finding.severity.value}] {finding.kind}: {finding.message}")
+    return ok
+
+
+def progress_line(tick: int, started: float, watched: int, db: Path, history: History) -> str:
+    """A row of the soak's table after ``tick`` simulated seconds (real time since
+    ``started``, on the monotonic clock)."""
+    elapsed = time.monotonic() - started
+    return (
+        f"{tick / 3600:11.1f} | {elapsed:6.0f} | {tick / elapsed:7.0f} | "
+        f"{watched:7d} | {mb(rss()[0]):>8} | {mb(rss()[1]):>8} | "
+        f"{mb(db_bytes(db)):>10} | "
+        f"{history.deferred}"
+    )
+
+
+def print_held_allocations() -> None:
+    """What was allocated since ``tracemalloc`` started and is still held, by place (the
+    12 biggest); stops tracing."""
+    print("\nallocated since the warm-up and still held, by place (tracemalloc):")
+    for stat in tracemalloc.take_snapshot().statistics("traceback")[:12]:
+        print(f"  {stat.size / 1e3:9.1f} kB in {stat.count} blocks")
+        for line in stat.traceback.format(limit=6):
+            print(f"      {line}")
+    tracemalloc.stop()
+
+
+def rss_verdict(
+    rss_warm: tuple[int, int], rss_end: tuple[int, int], watched: int, warmup: float, hours: float
+) -> bool:
+    """Print RSS (and its anonymous part) after the warm-up and at the end; whether it grew
+    less than the goal while every target stayed watched."""
     growth = rss_end[0] - rss_warm[0]
     ok = growth < RSS_GROWTH_GOAL and watched == TARGETS
     print(
@@ -235,10 +259,6 @@ def soak(workdir: Path, hours: float, warmup: float, trace: bool) -> bool:
         f"RSS growth: {mb(growth)} (anonymous {mb(rss_end[1] - rss_warm[1])}; goal < "
         f"{mb(RSS_GROWTH_GOAL)}): {'met' if ok else 'MISSED'}"
     )
-    print(f"history database: {mb(db_bytes(db))} for {TARGETS} runs of {hours:g} h")
-    print(f"findings (a healthy soak should raise none): {len(findings)}")
-    for run, finding in findings:
-        print(f"  {run}: [{finding.severity.value}] {finding.kind}: {finding.message}")
     return ok
 
 

@@ -72,6 +72,7 @@ from traces import (
     TraceSpec,
 )
 
+from driftwatch.detect import Engine
 from driftwatch.detect.catalog import default_engine
 from driftwatch.findings import Finding, Severity
 
@@ -151,87 +152,126 @@ class RunResult:
         return float(self.detection.step - self.onset_step)
 
 
-def run_one(spec: TraceSpec, eval_every: float, linger: float = math.inf) -> RunResult:
-    """Feed one trace to a fresh ``default_engine()`` and classify what it reports; stop
-    ``linger`` simulated seconds after the first detection."""
-    trace = Trace(spec)
-    label = spec.label
-    result = RunResult(spec.name, spec.seed, spec.seconds, spec.healthy, label, eval_every)
-    onset = label.onset if label.onset is not None else math.inf
-    relevant = label.expected | label.tolerated
-    engine = default_engine()
-    observe, evaluate = engine.observe, engine.evaluate
-    clock = time.perf_counter
-    start = clock()
-    active: set[str] = set()
-    next_eval = -math.inf
-    stop_at = math.inf
-    step = 0
-    held = 0
+class _Judge:
+    """Sorts each evaluation's warning/critical findings into episodes (the detection,
+    false ones, tolerated ones) and counts how long a detection holds afterwards."""
 
-    def classify(findings: list[Finding], tick: float) -> None:
-        nonlocal active, stop_at, held
+    def __init__(self, result: RunResult, linger: float) -> None:
+        label = result.label
+        self.result = result
+        self.label = label
+        self.onset = label.onset if label.onset is not None else math.inf
+        self.relevant = label.expected | label.tolerated
+        self.linger = linger
+        self.active: set[str] = set()
+        """Kinds at warning or critical at the previous evaluation."""
+        self.stop_at = math.inf
+        """When to stop the run: ``linger`` after the detection."""
+        self.step = 0
+        """The last ``train_step`` fed (an episode's step)."""
+        self.held = 0
+        """Evaluations after the detection at which an expected kind was active."""
+
+    def classify(self, findings: list[Finding], tick: float) -> None:
+        """Judge the findings of the evaluation at ``tick``."""
+        alarms = self._alarms(findings, tick)
+        for kind, finding in alarms.items():
+            self._episode(kind, finding, tick)
+        self.active = set(alarms)
+        if self.result.detection is not None:
+            self.result.evaluations_after += 1
+            self.held += bool(self.active & self.label.expected)
+
+    def _alarms(self, findings: list[Finding], tick: float) -> dict[str, Finding]:
+        """The first warning/critical finding of each kind; info-only kinds are noted with
+        the first time they were seen."""
         alarms: dict[str, Finding] = {}
         for finding in findings:
             if finding.severity in ALARM:
                 alarms.setdefault(finding.kind, finding)
             else:
-                result.info.setdefault(finding.kind, tick)
-        for kind, finding in alarms.items():
-            fresh = kind not in active
-            expected = kind in label.expected and tick >= onset
-            if expected and result.detection is None:
-                result.detection = Episode.of(finding, tick, step)
-                result.detected_before_onset = not fresh
-                stop_at = tick + linger
-            elif fresh and (tick < onset or kind not in relevant):
-                result.false.append(Episode.of(finding, tick, step))
-            elif fresh:
-                result.tolerated.append(Episode.of(finding, tick, step))
-        active = set(alarms)
-        if result.detection is not None:
-            result.evaluations_after += 1
-            held += bool(active & label.expected)
+                self.result.info.setdefault(finding.kind, tick)
+        return alarms
 
+    def _episode(self, kind: str, finding: Finding, tick: float) -> None:
+        """File one alarm: the first expected one after the onset is the detection; a kind
+        that was not active before is a false episode, or a tolerated one when relevant."""
+        result = self.result
+        fresh = kind not in self.active
+        expected = kind in self.label.expected and tick >= self.onset
+        if expected and result.detection is None:
+            result.detection = Episode.of(finding, tick, self.step)
+            result.detected_before_onset = not fresh
+            self.stop_at = tick + self.linger
+        elif fresh and (tick < self.onset or kind not in self.relevant):
+            result.false.append(Episode.of(finding, tick, self.step))
+        elif fresh:
+            result.tolerated.append(Episode.of(finding, tick, self.step))
+
+
+def run_one(spec: TraceSpec, eval_every: float, linger: float = math.inf) -> RunResult:
+    """Feed one trace to a fresh ``default_engine()`` and classify what it reports; stop
+    ``linger`` simulated seconds after the first detection."""
+    trace = Trace(spec)
+    result = RunResult(spec.name, spec.seed, spec.seconds, spec.healthy, spec.label, eval_every)
+    judge = _Judge(result, linger)
+    engine = default_engine()
+    start = time.perf_counter()
     try:
-        ended = True
-        for tick, batch in trace.ticks():
-            a = clock()
-            for sample in batch:
-                observe(sample)
-                if sample.series == "train_step":
-                    step = int(sample.value)
-            b = clock()
-            result.observe_seconds += b - a
-            result.samples += len(batch)
-            if tick > stop_at:
-                ended = False
-                break
-            result.simulated = tick - T0
-            if tick < next_eval:
-                continue
-            next_eval = tick + eval_every - 1e-6
-            findings = evaluate(tick)
-            result.evaluate_seconds += clock() - b
-            result.evaluations += 1
-            classify(findings, tick)
-        if ended:  # the run ended: judged once more, over all of it, as the monitor does
-            end = T0 + result.simulated
-            b = clock()
-            findings = evaluate(end, final=True)
-            result.evaluate_seconds += clock() - b
-            result.evaluations += 1
-            detected = result.detection
-            classify(findings, end)
-            result.at_end = detected is None and result.detection is not None
+        if _feed_ticks(trace, engine, judge, eval_every):
+            # the run ended: judged once more, over all of it, as the monitor does
+            _judge_the_end(engine, judge)
     except Exception:  # noqa: BLE001 - a detector bug: report it with its traceback, go on
         result.error = traceback.format_exc()
-    result.held = held / result.evaluations_after if result.evaluations_after else math.nan
-    result.real_seconds = clock() - start
+    result.held = judge.held / result.evaluations_after if result.evaluations_after else math.nan
+    result.real_seconds = time.perf_counter() - start
     result.steps = trace.steps
     result.step_samples = trace.step_samples
     result.onset_step = trace.onset_step
     return result
+
+
+def _feed_ticks(trace: Trace, engine: Engine, judge: _Judge, eval_every: float) -> bool:
+    """Feed the trace tick by tick, evaluating every ``eval_every`` simulated seconds;
+    whether it ran to its end (False: stopped ``linger`` after the detection)."""
+    result = judge.result
+    observe, evaluate = engine.observe, engine.evaluate
+    clock = time.perf_counter
+    next_eval = -math.inf
+    for tick, batch in trace.ticks():
+        a = clock()
+        for sample in batch:
+            observe(sample)
+            if sample.series == "train_step":
+                judge.step = int(sample.value)
+        b = clock()
+        result.observe_seconds += b - a
+        result.samples += len(batch)
+        if tick > judge.stop_at:
+            return False
+        result.simulated = tick - T0
+        if tick < next_eval:
+            continue
+        next_eval = tick + eval_every - 1e-6
+        findings = evaluate(tick)
+        result.evaluate_seconds += clock() - b
+        result.evaluations += 1
+        judge.classify(findings, tick)
+    return True
+
+
+def _judge_the_end(engine: Engine, judge: _Judge) -> None:
+    """The evaluation after the run's end (``final=True``), over all of it; a detection
+    there is shown "at the end"."""
+    result = judge.result
+    end = T0 + result.simulated
+    b = time.perf_counter()
+    findings = engine.evaluate(end, final=True)
+    result.evaluate_seconds += time.perf_counter() - b
+    result.evaluations += 1
+    detected = result.detection
+    judge.classify(findings, end)
+    result.at_end = detected is None and result.detection is not None
 
 
 Job = tuple[TraceSpec, float, float]
@@ -673,7 +713,8 @@ def code_version() -> str:
     return f"commit {head}" + (" + local changes in driftwatch/" if dirty else "")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The command line (see the module's docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="a subset, under a minute")
     parser.add_argument("--days", type=float, help="simulated healthy days (default 100)")
@@ -699,8 +740,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--show", type=int, default=1, help="false findings shown per scenario and kind"
     )
-    args = parser.parse_args(argv)
+    return parser
 
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     jobs = plan(args)
     print(
         f"driftwatch detection benchmark: {len(jobs)} runs, "
@@ -713,9 +757,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = execute(jobs, args.jobs, lambda line: print(line, file=sys.stderr, flush=True))
     wall = time.perf_counter() - started
 
+    print()
+    _print_scores(results, args.show)
+    _print_tolerated([r for r in results if not r.healthy])
+    print()
+    print("== Engine cost ==")
+    print(cost_summary(results))
+    print(f"wall time: {wall:.1f} s with {args.jobs} workers")
+    return _print_errors(results)
+
+
+def _print_scores(results: Sequence[RunResult], show: int) -> None:
+    """The healthy, injected, per-seed, goals and false-findings sections."""
     healthy = [r for r in results if r.healthy]
     injected = [r for r in results if not r.healthy]
-    print()
     days = 0.0
     false = 0
     if healthy:
@@ -734,29 +789,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(goals_table(injected, days, false, bool(healthy)))
     print()
     print("== False findings (first of each kind per scenario) ==")
-    print(false_details(sorted(results, key=lambda r: (r.scenario, r.seed)), args.show))
+    print(false_details(sorted(results, key=lambda r: (r.scenario, r.seed)), show))
+
+
+def _print_tolerated(injected: Sequence[RunResult]) -> None:
+    """The other warning/critical episodes after the onset, by scenario (if any)."""
     tolerated = [(r, e) for r in injected for e in r.tolerated]
-    if tolerated:
-        print()
-        print("== Other warning/critical episodes after the onset (re-raised, or a consequence) ==")
-        grouped: dict[str, Counter[str]] = {}
-        for r, e in tolerated:
-            grouped.setdefault(r.scenario, Counter())[e.kind] += 1
-        for name, kinds in grouped.items():
-            print(f"- {name}: " + ", ".join(f"{k} x{n}" for k, n in kinds.most_common()))
+    if not tolerated:
+        return
     print()
-    print("== Engine cost ==")
-    print(cost_summary(results))
-    print(f"wall time: {wall:.1f} s with {args.jobs} workers")
+    print("== Other warning/critical episodes after the onset (re-raised, or a consequence) ==")
+    grouped: dict[str, Counter[str]] = {}
+    for r, e in tolerated:
+        grouped.setdefault(r.scenario, Counter())[e.kind] += 1
+    for name, kinds in grouped.items():
+        print(f"- {name}: " + ", ".join(f"{k} x{n}" for k, n in kinds.most_common()))
+
+
+def _print_errors(results: Sequence[RunResult]) -> int:
+    """The tracebacks of the runs a detector raised in; the exit status (1 if any)."""
     errors = [r for r in results if r.error]
-    if errors:
-        print()
-        print("== Exceptions ==")
-        for r in errors:
-            print(f"- {r.scenario} seed {r.seed}:")
-            print(r.error)
-        return 1
-    return 0
+    if not errors:
+        return 0
+    print()
+    print("== Exceptions ==")
+    for r in errors:
+        print(f"- {r.scenario} seed {r.seed}:")
+        print(r.error)
+    return 1
 
 
 if __name__ == "__main__":

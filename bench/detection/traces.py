@@ -359,132 +359,211 @@ class Trace:
             yield at, [sample for sample in batch if sample.series not in HOOK_AND_STEP_SERIES]
 
     def _ticks(self) -> Iterator[Tick]:
-        spec = self.spec
-        sm, lm = spec.steps, spec.logs
-        # Seeded by scenario name and seed: scenarios that share a model stay independent.
-        name_key = zlib.crc32(spec.name.encode())
-        rng = np.random.default_rng([name_key, spec.seed, 0])
-        randoms = _Randoms(rng, sm.spike_alpha)
-        memory = _MemoryState(spec, np.random.default_rng([name_key, spec.seed, 1]))
-        slowdowns = [i for i in spec.injections if isinstance(i, Slowdown)]
-        nonfinite = [i for i in spec.injections if isinstance(i, NonFinite)]
-        onset = spec.label.onset
-
-        end = T0 + spec.seconds
-        tick = spec.tick
-        next_tick = T0 + tick
-        t = T0
-        step = 0
-        ar = 0.0
-        ar_sd = sm.sigma * math.sqrt(1 - sm.phi * sm.phi)
-        wander = 0.0
-        base = sm.seconds
-        gap_base = base * sm.gap_share
-        first_of_epoch = False
-        epoch_start = T0
-        slow_onset_step: list[int | None] = [None] * len(slowdowns)
-        steps_at_last_tick = 0
-        last_step_t = math.nan
-        nonfinite_from: int | None = None
-
-        batch: list[Sample] = []
-
-        def tick_samples(at: float) -> list[Sample]:
-            nonlocal steps_at_last_tick, nonfinite_from
-            new_steps = step - steps_at_last_tick
-            steps_at_last_tick = step
-            out = memory.samples(at, new_steps)
-            if new_steps:
-                out.append(Sample("train_step", float(step), at))
-                out.append(Sample("step_timestamp", last_step_t, at))
-            count = 0.0
-            for nf in nonfinite:
-                if at >= T0 + nf.at:
-                    if nonfinite_from is None:
-                        nonfinite_from = step
-                    count += float((step - nonfinite_from + 1) * nf.scalars_per_step)
-            out.append(Sample("nonfinite_total", count, at))
-            return out
-
-        while t < end:
-            if onset is not None and self.onset_step is None and t >= onset:
-                self.onset_step = step
-            # -- one step ------------------------------------------------------------
-            i = randoms.next()
-            ar = sm.phi * ar + ar_sd * randoms.normal[i]
-            log_factor = wander + ar
-            for k, sd in enumerate(slowdowns):
-                if t >= T0 + sd.onset:
-                    began = slow_onset_step[k]
-                    if began is None:
-                        began = slow_onset_step[k] = step
-                    done = step - began
-                    if sd.ramp_steps > 0 and done < sd.ramp_steps:
-                        log_factor += math.log1p((sd.factor - 1) * done / sd.ramp_steps)
-                    else:
-                        log_factor += math.log(sd.factor)
-            seconds = base * math.exp(log_factor)
-            if randoms.uniform[i] < sm.spike_prob:
-                seconds *= 1 + sm.spike_scale * min(randoms.pareto[i] + 1, MAX_SPIKE)
-            gap = gap_base * math.exp(0.3 * randoms.normal2[i])
-            if first_of_epoch:
-                seconds *= sm.first_step_factor
-                first_of_epoch = False
-            if sm.checkpoint_every and (step + 1) % sm.checkpoint_every == 0:
-                extra = sm.checkpoint_seconds * math.exp(0.15 * float(rng.standard_normal()))
-                seconds += extra
-                gap += extra
-            seconds = max(seconds, gap * 1.01)
-            if sm.wander_sd > 0:
-                decay = math.exp(-seconds / sm.wander_tau)
-                wander = (
-                    wander * decay
-                    + sm.wander_sd * math.sqrt(1 - decay * decay) * (randoms.normal3[i])
-                )
-            t_end = t + seconds
-            while next_tick <= t_end and next_tick <= end:
-                batch.extend(tick_samples(next_tick))
-                yield next_tick, batch
-                self._count(batch)
-                batch = []
-                next_tick += tick
-            if t_end > end:
-                break
-            step += 1
-            batch.append(Sample("step_seconds", seconds, t_end))
-            batch.append(Sample("step_gap_seconds", gap, t_end))
-            self.step_samples += 1
-            t = t_end
-            last_step_t = t
-            self.steps = step
-            # -- epoch end: validation, then the epoch's records -----------------------
-            if sm.steps_per_epoch and step % sm.steps_per_epoch == 0:
-                validation = sm.validation_seconds * math.exp(0.2 * float(rng.standard_normal()))
-                t_val = t + validation
-                while next_tick <= t_val and next_tick <= end:
-                    batch.extend(tick_samples(next_tick))
-                    yield next_tick, batch
-                    self._count(batch)
-                    batch = []
-                    next_tick += tick
-                if t_val > end:
-                    break
-                t = t_val
-                batch.append(Sample("epoch_seconds", t - epoch_start, t))
-                batch.append(Sample("validation_seconds", validation, t))
-                memory.epoch_ended(lm.epoch_summary_bytes)
-                epoch_start = t
-                first_of_epoch = True
-        # the ticks left (a run that ended in validation)
-        while next_tick <= end:
-            batch.extend(tick_samples(next_tick))
-            yield next_tick, batch
-            self._count(batch)
-            batch = []
-            next_tick += tick
+        """Every series' ticks, from a fresh simulation (set up at the first tick)."""
+        yield from _Simulation(self).ticks()
 
     def _count(self, batch: list[Sample]) -> None:
         self.samples_emitted += len(batch)
+
+
+class _Simulation:
+    """The state of one trace while it is generated: the simulated clock, the steps, the
+    step-time noise, the pending batch. Its steps draw their random numbers in one fixed
+    order (a trace is its seed's), so helpers must not reorder them."""
+
+    __slots__ = (
+        "ar",
+        "ar_sd",
+        "batch",
+        "end",
+        "epoch_start",
+        "first_of_epoch",
+        "gap_base",
+        "last_step_t",
+        "memory",
+        "next_tick",
+        "nonfinite",
+        "nonfinite_from",
+        "onset",
+        "randoms",
+        "rng",
+        "slow_onset_step",
+        "slowdowns",
+        "sm",
+        "spec",
+        "step",
+        "steps_at_last_tick",
+        "t",
+        "trace",
+        "wander",
+    )
+
+    def __init__(self, trace: Trace) -> None:
+        spec = trace.spec
+        sm = spec.steps
+        self.trace = trace
+        self.spec = spec
+        self.sm = sm
+        # Seeded by scenario name and seed: scenarios that share a model stay independent.
+        name_key = zlib.crc32(spec.name.encode())
+        self.rng = np.random.default_rng([name_key, spec.seed, 0])
+        self.randoms = _Randoms(self.rng, sm.spike_alpha)
+        self.memory = _MemoryState(spec, np.random.default_rng([name_key, spec.seed, 1]))
+        self.slowdowns = [i for i in spec.injections if isinstance(i, Slowdown)]
+        self.nonfinite = [i for i in spec.injections if isinstance(i, NonFinite)]
+        self.onset = spec.label.onset
+        self.end = T0 + spec.seconds
+        self.next_tick = T0 + spec.tick
+        self.t = T0
+        self.step = 0
+        self.ar = 0.0
+        self.ar_sd = sm.sigma * math.sqrt(1 - sm.phi * sm.phi)
+        self.wander = 0.0
+        self.gap_base = sm.seconds * sm.gap_share
+        self.first_of_epoch = False
+        self.epoch_start = T0
+        self.slow_onset_step: list[int | None] = [None] * len(self.slowdowns)
+        self.steps_at_last_tick = 0
+        self.last_step_t = math.nan
+        self.nonfinite_from: int | None = None
+        self.batch: list[Sample] = []
+
+    def ticks(self) -> Iterator[Tick]:
+        """Step after step (and validation at each epoch's end) until the run's end, with
+        the monitoring ticks that fall due on the way."""
+        end = self.end
+        while self.t < end:
+            self._note_onset()
+            seconds, gap = self._next_step()
+            t_end = self.t + seconds
+            if self.next_tick <= t_end:  # most steps end between two ticks: no generator
+                yield from self._ticks_until(t_end)
+            if t_end > end:
+                break
+            self._record_step(t_end, seconds, gap)
+            if self._epoch_ended():
+                validation = self._validation_seconds()
+                t_val = self.t + validation
+                yield from self._ticks_until(t_val)
+                if t_val > end:
+                    break
+                self._record_epoch(t_val, validation)
+        yield from self._ticks_until(end)  # the ticks left (a run that ended in validation)
+
+    def _note_onset(self) -> None:
+        """Record the steps done when the label's onset is reached (delays in steps)."""
+        onset = self.onset
+        if onset is not None and self.trace.onset_step is None and self.t >= onset:
+            self.trace.onset_step = self.step
+
+    def _next_step(self) -> tuple[float, float]:
+        """The next step's period and its gap (outside the train step), in seconds:
+        noise, slowdowns, a hiccup, the epoch's slow first step, a checkpoint."""
+        sm = self.sm
+        randoms = self.randoms
+        i = randoms.next()
+        self.ar = sm.phi * self.ar + self.ar_sd * randoms.normal[i]
+        log_factor = self._slowed(self.wander + self.ar)
+        seconds = sm.seconds * math.exp(log_factor)
+        if randoms.uniform[i] < sm.spike_prob:
+            seconds *= 1 + sm.spike_scale * min(randoms.pareto[i] + 1, MAX_SPIKE)
+        gap = self.gap_base * math.exp(0.3 * randoms.normal2[i])
+        if self.first_of_epoch:
+            seconds *= sm.first_step_factor
+            self.first_of_epoch = False
+        if sm.checkpoint_every and (self.step + 1) % sm.checkpoint_every == 0:
+            extra = sm.checkpoint_seconds * math.exp(0.15 * float(self.rng.standard_normal()))
+            seconds += extra
+            gap += extra
+        seconds = max(seconds, gap * 1.01)
+        self._wander_on(seconds, randoms.normal3[i])
+        return seconds, gap
+
+    def _slowed(self, log_factor: float) -> float:
+        """``log_factor`` plus each slowdown in effect by now (a ramp: its share so far)."""
+        for k, sd in enumerate(self.slowdowns):
+            if self.t >= T0 + sd.onset:
+                began = self.slow_onset_step[k]
+                if began is None:
+                    began = self.slow_onset_step[k] = self.step
+                done = self.step - began
+                if sd.ramp_steps > 0 and done < sd.ramp_steps:
+                    log_factor += math.log1p((sd.factor - 1) * done / sd.ramp_steps)
+                else:
+                    log_factor += math.log(sd.factor)
+        return log_factor
+
+    def _wander_on(self, seconds: float, normal: float) -> None:
+        """Move the slow log-level wander (Ornstein-Uhlenbeck) over a step of ``seconds``."""
+        sm = self.sm
+        if sm.wander_sd > 0:
+            decay = math.exp(-seconds / sm.wander_tau)
+            spread = sm.wander_sd * math.sqrt(1 - decay * decay)
+            self.wander = self.wander * decay + spread * normal
+
+    def _ticks_until(self, limit: float) -> Iterator[Tick]:
+        """The ticks due by ``limit`` (none past the run's end), each delivering the samples
+        batched since the previous one and its own."""
+        tick = self.spec.tick
+        while self.next_tick <= limit and self.next_tick <= self.end:
+            at = self.next_tick
+            batch = self.batch
+            batch.extend(self._tick_samples(at))
+            yield at, batch
+            self.trace._count(batch)
+            self.batch = []
+            self.next_tick = at + tick
+
+    def _tick_samples(self, at: float) -> list[Sample]:
+        """What a tick at ``at`` reads itself: memory, logs, the step count, non-finites."""
+        step = self.step
+        new_steps = step - self.steps_at_last_tick
+        self.steps_at_last_tick = step
+        out = self.memory.samples(at, new_steps)
+        if new_steps:
+            out.append(Sample("train_step", float(step), at))
+            out.append(Sample("step_timestamp", self.last_step_t, at))
+        out.append(Sample("nonfinite_total", self._nonfinite_count(at), at))
+        return out
+
+    def _nonfinite_count(self, at: float) -> float:
+        """Non-finite scalars logged by ``at``: every scalar of every step since divergence."""
+        count = 0.0
+        for nf in self.nonfinite:
+            if at >= T0 + nf.at:
+                if self.nonfinite_from is None:
+                    self.nonfinite_from = self.step
+                count += float((self.step - self.nonfinite_from + 1) * nf.scalars_per_step)
+        return count
+
+    def _record_step(self, t_end: float, seconds: float, gap: float) -> None:
+        """A step that ended at ``t_end``: the hook's two samples, stamped at its end."""
+        self.step += 1
+        self.batch.append(Sample("step_seconds", seconds, t_end))
+        self.batch.append(Sample("step_gap_seconds", gap, t_end))
+        self.trace.step_samples += 1
+        self.t = t_end
+        self.last_step_t = t_end
+        self.trace.steps = self.step
+
+    def _epoch_ended(self) -> bool:
+        """Whether the step just recorded was the last of an epoch."""
+        per_epoch = self.sm.steps_per_epoch
+        return bool(per_epoch) and self.step % per_epoch == 0
+
+    def _validation_seconds(self) -> float:
+        """How long this epoch's validation takes (lognormal around the model's median)."""
+        sm = self.sm
+        return sm.validation_seconds * math.exp(0.2 * float(self.rng.standard_normal()))
+
+    def _record_epoch(self, t_val: float, validation: float) -> None:
+        """An epoch whose validation ended at ``t_val``: its records, its summaries."""
+        self.t = t_val
+        self.batch.append(Sample("epoch_seconds", t_val - self.epoch_start, t_val))
+        self.batch.append(Sample("validation_seconds", validation, t_val))
+        self.memory.epoch_ended(self.spec.logs.epoch_summary_bytes)
+        self.epoch_start = t_val
+        self.first_of_epoch = True
 
 
 class _MemoryState:
@@ -552,43 +631,22 @@ class _MemoryState:
         self.pending_summary += summary_bytes
 
     def samples(self, at: float, new_steps: int) -> list[Sample]:
-        mm, lm = self.spec.memory, self.spec.logs
-        rng = self.rng
+        """Every per-tick series at ``at``, ``new_steps`` steps after the previous tick."""
+        mm = self.spec.memory
         elapsed = at - T0
         dt = at - self.last_t
         self.last_t = at
         # -- host RSS --
-        if mm.warmup_shape == "linear":
-            done = min(1.0, elapsed / mm.warmup_seconds)
-        elif mm.warmup_shape == "import":
-            done = float(np.interp(elapsed / 0.5, np.arange(len(self.climb)), self.climb))
-        else:
-            done = -math.expm1(-elapsed / self.tau)
-        rss = mm.rss_start + (mm.rss_base - mm.rss_start) * done
-        if mm.creep_bytes and elapsed > mm.warmup_seconds:
-            rss -= mm.creep_bytes * math.expm1(-(elapsed - mm.warmup_seconds) / mm.creep_seconds)
-        while at >= self.cycle_start + self.cycle_len:
-            self.cycle_start += self.cycle_len
-            self.cycle_len, self.cycle_amp = self._new_cycle()
-        rss += self.cycle_amp * (at - self.cycle_start) / self.cycle_len
-        normals = rng.standard_normal(3)
-        uniforms = rng.random(3)
-        if mm.alloc_step > 0 and uniforms[0] < mm.alloc_changes_per_hour * dt / HOUR:
-            move = 1 if uniforms[1] < 0.5 else -1
-            self.alloc_level = min(max(self.alloc_level + move, 0), mm.alloc_levels)
+        rss = self._rss_level(elapsed) + self._sawtooth(at)
+        # drawn after the sawtooth's new cycles (which draw from the same generator)
+        normals = self.rng.standard_normal(3)
+        uniforms = self.rng.random(3)
+        self._move_allocator_level(float(uniforms[0]), float(uniforms[1]), dt)
         rss += self.alloc_level * mm.alloc_step + mm.noise * float(normals[0])
         tf = mm.tf_base + mm.tf_noise * float(normals[1])
         if uniforms[2] < mm.tf_mid_step_prob:
             tf += mm.tf_mid_step_bytes
-        tracing = mm.tracing_count
-        for leak in self.leaks:
-            hours = max(0.0, elapsed - leak.onset) / HOUR
-            rss += leak.per_hour * hours
-            tf += leak.tf_share * leak.per_hour * hours
-            tracing += math.floor(leak.traces_per_hour * hours)
-        for jump in self.jumps:
-            if elapsed >= jump.at:
-                rss += jump.size
+        rss, tf, tracing = self._injected(elapsed, rss, tf)
         out = [
             Sample("rss_bytes", rss, at),
             *self._loading(elapsed, at),
@@ -599,7 +657,58 @@ class _MemoryState:
         if mm.gpu:
             out.append(Sample("gpu_process_memory_bytes", mm.gpu_used, at, GPU))
             out.append(Sample("gpu_memory_total_bytes", mm.gpu_total, at, GPU))
-        # -- event files --
+        out.extend(self._event_file_samples(at, elapsed, dt, new_steps))
+        out.append(self._nondisk_sample(at, new_steps, float(normals[2])))
+        return out
+
+    def _rss_level(self, elapsed: float) -> float:
+        """Host RSS without its sawtooth, noise and injections: the warm-up ramp's shape,
+        then any creep."""
+        mm = self.spec.memory
+        if mm.warmup_shape == "linear":
+            done = min(1.0, elapsed / mm.warmup_seconds)
+        elif mm.warmup_shape == "import":
+            done = float(np.interp(elapsed / 0.5, np.arange(len(self.climb)), self.climb))
+        else:
+            done = -math.expm1(-elapsed / self.tau)
+        rss = mm.rss_start + (mm.rss_base - mm.rss_start) * done
+        if mm.creep_bytes and elapsed > mm.warmup_seconds:
+            rss -= mm.creep_bytes * math.expm1(-(elapsed - mm.warmup_seconds) / mm.creep_seconds)
+        return rss
+
+    def _sawtooth(self, at: float) -> float:
+        """The GC sawtooth's height at ``at``, starting the cycles (jittered) passed by then."""
+        while at >= self.cycle_start + self.cycle_len:
+            self.cycle_start += self.cycle_len
+            self.cycle_len, self.cycle_amp = self._new_cycle()
+        return self.cycle_amp * (at - self.cycle_start) / self.cycle_len
+
+    def _move_allocator_level(self, change: float, direction: float, dt: float) -> None:
+        """Perhaps move the allocator one level up or down (bounded), given two uniforms."""
+        mm = self.spec.memory
+        if mm.alloc_step > 0 and change < mm.alloc_changes_per_hour * dt / HOUR:
+            move = 1 if direction < 0.5 else -1
+            self.alloc_level = min(max(self.alloc_level + move, 0), mm.alloc_levels)
+
+    def _injected(self, elapsed: float, rss: float, tf: float) -> tuple[float, float, float]:
+        """RSS and TF allocator bytes with the leaks and jumps added, and the tracing count."""
+        tracing = self.spec.memory.tracing_count
+        for leak in self.leaks:
+            hours = max(0.0, elapsed - leak.onset) / HOUR
+            rss += leak.per_hour * hours
+            tf += leak.tf_share * leak.per_hour * hours
+            tracing += math.floor(leak.traces_per_hour * hours)
+        for jump in self.jumps:
+            if elapsed >= jump.at:
+                rss += jump.size
+        return rss, tf, tracing
+
+    def _event_file_samples(
+        self, at: float, elapsed: float, dt: float, new_steps: int
+    ) -> list[Sample]:
+        """The event files' count and sizes, after rotating and writing what came since the
+        previous tick (the steps' scalars, pending summaries, injected growth)."""
+        lm = self.spec.logs
         if lm.rotation_seconds and at - self.file_started >= lm.rotation_seconds:
             self.files.append(0.0)
             self.file_started = at
@@ -609,18 +718,23 @@ class _MemoryState:
             if elapsed > growth.onset:
                 written += growth.per_hour * min(dt, elapsed - growth.onset) / HOUR
         self.files[-1] += written
-        out.append(Sample("event_files", float(len(self.files)), at))
-        out.append(Sample("event_file_bytes", float(sum(self.files)), at))
-        out.append(Sample("event_file_largest_bytes", max(self.files), at))
-        # -- non-disk writes: progress bar continuously, tracker uploads in bursts --
+        return [
+            Sample("event_files", float(len(self.files)), at),
+            Sample("event_file_bytes", float(sum(self.files)), at),
+            Sample("event_file_largest_bytes", max(self.files), at),
+        ]
+
+    def _nondisk_sample(self, at: float, new_steps: int, normal: float) -> Sample:
+        """Non-disk writes so far: the progress bar continuously, tracker uploads in bursts
+        (``normal`` jitters the time to the next burst)."""
+        lm = self.spec.logs
         self.nondisk += new_steps * lm.stdout_bytes_per_step
         self.upload_pending += new_steps * lm.upload_bytes_per_step
         if at >= self.next_upload:
             self.nondisk += self.upload_pending
             self.upload_pending = 0.0
-            self.next_upload = at + lm.upload_every * math.exp(0.3 * float(normals[2]))
-        out.append(Sample("nondisk_write_bytes", self.nondisk, at))
-        return out
+            self.next_upload = at + lm.upload_every * math.exp(0.3 * normal)
+        return Sample("nondisk_write_bytes", self.nondisk, at)
 
 
 # -- scenarios ---------------------------------------------------------------------------
