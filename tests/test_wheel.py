@@ -1,5 +1,6 @@
 """The wheel stands on its own: built from this tree and installed into a fresh virtual
-environment, away from any checkout, its ``driftwatch demo`` lists and runs the examples.
+environment, away from any checkout, its ``driftwatch demo`` lists and runs the examples, and
+its plain install brings the stack dumps and NVML.
 
 The fresh environment gets the wheel alone (``--no-deps``); for its third-party packages
 (TensorFlow among them) a ``.pth`` file puts this environment's site-packages after its own.
@@ -174,3 +175,23 @@ def test_the_wheel_runs_an_example_under_the_demo(installed: Installed, tmp_path
     # The job the demo ran is the wheel's copy of the example.
     example = installed.site / "driftwatch" / "examples" / "train_keras.py"
     assert str(example) in Path(paths["report"]).read_text(encoding="utf-8")
+
+
+def test_the_plain_install_brings_stack_dumps_and_nvml(installed: Installed) -> None:
+    # Expected: py-spy and nvidia-ml-py are requirements of the wheel itself, not of an
+    # extra; installed as pip installs them, doctor finds py-spy beside the environment's
+    # Python and NVML's module (this machine has no driver: the library is what is missing).
+    (metadata,) = installed.site.glob("driftwatch-*.dist-info/METADATA")
+    required = {
+        re.split(r"[<>=!~;\s]", line.removeprefix("Requires-Dist:").strip())[0].lower()
+        for line in metadata.read_text(encoding="utf-8").splitlines()
+        if line.startswith("Requires-Dist:") and "extra ==" not in line
+    }
+    assert {"py-spy", "nvidia-ml-py"} <= required, required
+    pip = [sys.executable, "-m", "pip", "--python", installed.python]
+    # Installed anew even though the checkout's environment, on its path, has them.
+    run([*pip, "install", "--no-deps", "--ignore-installed", "py-spy", "nvidia-ml-py"])
+    doctor = run([installed.driftwatch, "doctor"], cwd=installed.home, env=fresh_env())
+    lines = {line.split()[1]: line for line in doctor.stdout.splitlines()}
+    assert lines["py-spy"].startswith("ok"), lines["py-spy"]
+    assert "not installed" not in lines["nvml"], lines["nvml"]
