@@ -54,11 +54,13 @@ def varint(data: bytes, i: int, end: int) -> tuple[int, int]:
     """The varint at ``data[i:]`` (its low 64 bits, as protobuf reads it: an int64 below
     zero is 2**64 above it) and the index after it, read no further than ``end`` (at most
     ``len(data)``). ``Malformed`` if it does not end before ``end`` or within 10 bytes."""
-    if i < end:
-        byte = data[i]
-        if byte < 0x80:  # most varints: one byte
-            return byte, i + 1
-    value = shift = 0
+    if i >= end:
+        raise Malformed
+    byte = data[i]
+    if byte < 0x80:  # most varints: one byte
+        return byte, i + 1
+    value, shift = byte & 0x7F, 7
+    i += 1
     while i < end:
         byte = data[i]
         value |= (byte & 0x7F) << shift
