@@ -31,7 +31,7 @@ from tensorboard.util import tensor_util
 
 from driftwatch.errors import SourceUnavailable, TargetAccessDenied, TargetGone
 from driftwatch.series import SERIES, Sample
-from driftwatch.sources import eventfiles, records
+from driftwatch.sources import eventfiles, protowire, records
 from driftwatch.sources.eventfiles import EventFileSource, describe
 from driftwatch.sources.replay import replay_logdir
 from driftwatch.sources.scalars import masked
@@ -703,6 +703,44 @@ def test_a_large_record_that_does_not_walk_is_read_whole_and_skipped_if_corrupt(
     assert values["train_step"] == 2
     (warning,) = warnings_about(log.path, caplog)
     assert "fails its checksum and is skipped" in warning
+
+
+def test_a_varint_cut_short_or_longer_than_ten_bytes_is_malformed() -> None:
+    """The one varint reader of event files' bytes: ``Malformed`` where the bytes end (or
+    ``end`` does) before the varint, or it runs past 10 bytes; never ``IndexError``, nor a
+    value read past ``end``, nor one of more than 64 bits."""
+    longest = b"\xff" * 9 + b"\x01"  # 2**64 - 1, as 10 bytes
+    assert protowire.varint(longest, 0, len(longest)) == (2**64 - 1, 10)
+    assert protowire.varint(b"\x00\x96\x01\x05", 1, 4) == (150, 3)
+    assert protowire.varint(b"\xff" * 9 + b"\x7f", 0, 10) == (2**64 - 1, 10)  # as protobuf
+    for cut in range(len(longest)):  # the bytes go on, ``end`` cuts the varint short
+        with pytest.raises(protowire.Malformed):
+            protowire.varint(longest, 0, cut)
+    with pytest.raises(protowire.Malformed):
+        protowire.varint(b"\x96\x96", 0, 2)  # the bytes end before the varint
+    with pytest.raises(protowire.Malformed):
+        protowire.varint(b"\xff" * 10 + b"\x01", 0, 11)  # 11 bytes
+    for field in (b"\x12\x96", b"\x02\x00", b"\x0b\x00"):  # cut short; number 0; a group
+        with pytest.raises(protowire.Malformed):
+            protowire.field_size(field, 0, len(field))
+
+
+def test_a_record_whose_step_runs_past_ten_bytes_is_skipped_as_protobuf_refuses_it(
+    tmp_path: Path,
+) -> None:
+    crc = masked(google_crc32c.value)
+    good = [event_pb2.Event(wall_time=t, step=1).SerializeToString() for t in (1.0, 3.0)]
+    head = struct.pack("<Bd", protowire.WALL_TIME_KEY, 2.0) + bytes((protowire.STEP_KEY,))
+    bad = head + b"\xff" * 10 + b"\x01" + bytes((protowire.SUMMARY_KEY, 0))
+    with pytest.raises(DecodeError):
+        event_pb2.Event.FromString(bad)
+    path = tmp_path / "events.out.tfevents.1.host"
+    with path.open("wb") as file:
+        for data in (good[0], bad, good[1]):
+            length = struct.pack("<Q", len(data))
+            file.write(length + struct.pack("<I", crc(length)))
+            file.write(data + struct.pack("<I", crc(data)))
+    assert [wall_time for wall_time, _ in eventfiles.tail(str(path)).read()] == [1.0, 3.0]
 
 
 def record_sizes(path: Path) -> list[int]:

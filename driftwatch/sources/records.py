@@ -17,7 +17,8 @@ data depends on its length (the rule, and why, in docs/analyze.md, "Reading even
   ``dropped_tags``: an image logged every step) is left out from its tag on, unwalked.
   Its skipped bytes are not checksummed (not reading them is the point); its
   structure is checked instead, and a record that does not walk cleanly (a field running
-  past its end, an unknown wire type) is read whole and checked as a small one is.
+  past its end, an unknown wire type: ``protowire.Malformed``) is read whole and checked as
+  a small one is.
 
 Corruption is handled as tensorboard's writer leaves it to readers: a record whose data
 fails its checksum is skipped (its length was intact), and a file whose length fails its
@@ -32,6 +33,18 @@ import os
 import struct
 from collections.abc import Callable, Container, Iterator, Mapping
 from dataclasses import dataclass, field
+
+from driftwatch.sources.protowire import (
+    STEP_KEY,
+    SUMMARY_KEY,
+    TAG_KEY,
+    VALUE_KEY,
+    WALL_TIME_KEY,
+    Malformed,
+    encode_varint,
+    field_size,
+    varint,
+)
 
 log = logging.getLogger(__name__)
 
@@ -78,10 +91,6 @@ class _Short(Exception):
     """The file ends before the bytes asked for: a record still being written."""
 
 
-class _Malformed(Exception):
-    """A walked record is no valid protobuf encoding."""
-
-
 class _Window:
     """A file's bytes, read ``READ_BYTES`` (or more) at a time with ``pread``."""
 
@@ -103,43 +112,6 @@ class _Window:
         return index
 
 
-def _varint(data: bytes, i: int, end: int) -> tuple[int, int]:
-    """The varint at ``data[i:]`` and the index after it; ``_Malformed`` past ``end``."""
-    value = shift = 0
-    while i < end:
-        byte = data[i]
-        value |= (byte & 0x7F) << shift
-        i += 1
-        if byte < 0x80:
-            return value, i
-        shift += 7
-        if shift > 63:
-            break
-    raise _Malformed
-
-
-_ONE_BYTE = [bytes((n,)) for n in range(0x80)]  # varints of one byte, ready-made
-
-
-def _encode_varint(value: int) -> bytes:
-    if value < 0x80:
-        return _ONE_BYTE[value]
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-_FIXED = {1: 8, 5: 4}  # wire types of 64- and 32-bit fields: their lengths
-
-
-WALL_TIME_KEY, STEP_KEY, SUMMARY_KEY = 0x09, 0x10, 0x2A  # keys of an Event's fields
-VALUE_KEY, TAG_KEY = 0x0A, 0x0A  # a Summary's values; a Value's tag
-_EMPTY_SUMMARY = bytes((SUMMARY_KEY, 0))
-
-
 def _tag(window: _Window, start: int, end: int) -> bytes | None:
     """The tag (field 1, a string) that the message at file bytes ``[start, end)`` begins
     with; None if it begins with another field."""
@@ -147,10 +119,10 @@ def _tag(window: _Window, start: int, end: int) -> bytes | None:
     data = window.data
     if data[i] != TAG_KEY:
         return None
-    length, j = _varint(data, i + 1, i + min(_KEY_READ, end - start))
+    length, j = varint(data, i + 1, i + min(_KEY_READ, end - start))
     begin = start + j - i
     if begin + length > end:
-        raise _Malformed
+        raise Malformed
     i = window.at(begin, length)
     return window.data[i : i + length]
 
@@ -159,9 +131,10 @@ def walk(
     window: _Window, start: int, end: int, message: Message, dropped: Container[bytes]
 ) -> bytes:
     """The message at file bytes ``[start, end)`` re-encoded as ``message`` says; a tagged
-    message whose tag is in ``dropped`` is left out whole."""
+    message whose tag is in ``dropped`` is left out whole. Each field is measured by its
+    header; a long payload is handed to ``_long_field``, every other field copied whole."""
     out: list[bytes] = []
-    kept, walked, only = message.kept, message.walked, message.only
+    kept, only = message.kept, message.only
     missing = set(kept) if only else None  # kept fields not seen yet
     pos = start
     data = window.data
@@ -174,62 +147,23 @@ def walk(
             i = window.at(pos, _KEY_READ if end - pos > _KEY_READ else end - pos)
             data = window.data
             n = len(data)
-        limit = i + end - pos
-        if limit > n:
-            limit = n  # still _KEY_READ bytes at least, or to the end
-        key = data[i]
-        j = i + 1
-        if key >= 0x80:
-            key, j = _varint(data, i, limit)
-        number, wire = key >> 3, key & 7
-        if number == 0:
-            raise _Malformed
-        if wire == 2:
-            length = data[j] if j < limit else 0x80
-            if length < 0x80:
-                j += 1
-            else:
-                length, j = _varint(data, j, limit)
-            header = j - i
-            size = header + length
-            if pos + size > end:
-                raise _Malformed
-            if length > KEEP_FIELD_BYTES:
-                inner = walked.get(number)
-                if inner is not None:
-                    if inner.tagged and _tag(window, pos + header, pos + size) in dropped:
-                        pos += size
-                        data = window.data
-                        n = len(data)
-                        continue
-                    inside = walk(window, pos + header, pos + size, inner, dropped)
-                    out += (_encode_varint(key), _encode_varint(len(inside)), inside)
-                    pos += size
-                    data = window.data
-                    n = len(data)
-                    continue
-                if number not in kept:
-                    if not only:
-                        out.append(_encode_varint(key) + b"\0")  # emptied: same field, no bytes
-                    pos += size
-                    continue
-        elif wire == 0:
-            if j < limit and data[j] < 0x80:
-                j += 1
-            else:
-                _value, j = _varint(data, j, limit)
-            size = j - i
-        elif wire in _FIXED:
-            size = j - i + _FIXED[wire]
-            if pos + size > end:
-                raise _Malformed
-        else:
-            raise _Malformed  # groups (deprecated) or no wire type at all
+        # The window holds _KEY_READ bytes at least, or to the end: the field's header.
+        key, header, size = field_size(data, i, min(i + end - pos, n))
+        if pos + size > end:
+            raise Malformed
+        if size - header > KEEP_FIELD_BYTES:  # only a length-delimited payload is so long
+            parts = _long_field(window, pos, key, header, size, message, dropped)
+            if parts is not None:
+                out += parts
+                pos += size
+                data = window.data
+                n = len(data)
+                continue
         if missing is not None:
-            if number not in kept:
+            if key >> 3 not in kept:
                 pos += size
                 continue
-            missing.discard(number)
+            missing.discard(key >> 3)
         if i + size > n:
             i = window.at(pos, size)
             data = window.data
@@ -237,6 +171,34 @@ def walk(
         out.append(data[i : i + size])
         pos += size
     return b"".join(out)
+
+
+def _long_field(
+    window: _Window,
+    pos: int,
+    key: int,
+    header: int,
+    size: int,
+    message: Message,
+    dropped: Container[bytes],
+) -> tuple[bytes, ...] | None:
+    """The field at file byte ``pos``, of a payload longer than ``KEEP_FIELD_BYTES``, as
+    ``message`` re-encodes it: walked (left out if its tag is in ``dropped``), emptied, or
+    left out; None if ``message`` keeps it whole."""
+    number = key >> 3
+    inner = message.walked.get(number)
+    if inner is not None:
+        start, end = pos + header, pos + size
+        if inner.tagged and _tag(window, start, end) in dropped:
+            return ()
+        inside = walk(window, start, end, inner, dropped)
+        return encode_varint(key), encode_varint(len(inside)), inside
+    if number in message.kept:
+        return None
+    return () if message.only else (encode_varint(key) + b"\0",)  # emptied: same field, no bytes
+
+
+_EMPTY_SUMMARY = bytes((SUMMARY_KEY, 0))
 
 
 def skim(window: _Window, start: int, end: int, dropped: Container[bytes]) -> bytes | None:
@@ -248,11 +210,11 @@ def skim(window: _Window, start: int, end: int, dropped: Container[bytes]) -> by
     limit = i + min(_HEAD_READ, end - start)
     j = i + 9 if data[i] == WALL_TIME_KEY else i  # a double after its key
     if j < limit and data[j] == STEP_KEY:
-        _step, j = _varint(data, j + 1, limit)
+        _step, j = varint(data, j + 1, limit)
     if j >= limit or data[j] != SUMMARY_KEY:
         return None
     head = data[i:j]
-    length, j = _varint(data, j + 1, limit)
+    length, j = varint(data, j + 1, limit)
     pos = start + j - i
     if pos + length != end:
         return None  # fields after the summary
@@ -265,11 +227,11 @@ def skim(window: _Window, start: int, end: int, dropped: Container[bytes]) -> by
         limit = i + n
         if data[i] != VALUE_KEY:
             return None
-        length, j = _varint(data, i + 1, limit)
+        length, j = varint(data, i + 1, limit)
         pos += j - i + length  # the value's end
         if pos > end or j >= limit or data[j] != TAG_KEY:
             return None
-        length, j = _varint(data, j + 1, limit)
+        length, j = varint(data, j + 1, limit)
         if j + length > limit or data[j : j + length] not in dropped:
             return None
     return head + _EMPTY_SUMMARY
@@ -296,9 +258,12 @@ class Records:
 
     def __iter__(self) -> Iterator[bytes]:
         """Whole records after ``offset``, each once (a long one walked: see the module);
-        ``OSError`` if the file cannot be read."""
-        if self.broken:
-            return
+        ``OSError`` if the file cannot be read; none once the framing is lost."""
+        return iter(()) if self.broken else self._read()
+
+    def _read(self) -> Iterator[bytes]:
+        """The records ``__iter__`` hands on: the file is opened when the first is asked
+        for, and closed after the last (or when the iteration is dropped)."""
         fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         try:
             self.size = size = os.fstat(fd).st_size
@@ -357,7 +322,7 @@ class Records:
             if skimmed is not None:
                 return skimmed
             return walk(window, start, start + length, EVENT, dropped)
-        except _Malformed:
+        except Malformed:
             log.debug("a record of %s does not walk cleanly: read whole", self.path)
         return self._small(window, start, length)
 

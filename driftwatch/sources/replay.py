@@ -51,6 +51,18 @@ def event_files(logdir: Path) -> list[str]:
     )
 
 
+def _total_bytes(paths: list[str]) -> int:
+    """The files' sizes added up, a file that cannot be read counting none: the bytes a
+    replay's progress is told it has to read."""
+    total = 0
+    for path in paths:
+        try:
+            total += os.stat(path).st_size
+        except OSError:
+            continue
+    return total
+
+
 @dataclass
 class Tally:
     """What a replay read: event files and their records (events), filled in as it goes."""
@@ -75,12 +87,7 @@ def replay_logdir(
     paths = [str(logdir)] if logdir.is_file() else event_files(logdir)
     tally = tally if tally is not None else Tally()
     tally.files = len(paths)
-    total = 0
-    for path in paths:
-        try:
-            total += os.stat(path).st_size
-        except OSError:
-            continue
+    total = _total_bytes(paths)
     sizes = [0] * len(paths)
     steps = StepProgress()
 

@@ -20,14 +20,23 @@ from typing import Any, NamedTuple
 
 from driftwatch.series import Sample
 from driftwatch.series.training import MAX_NONFINITE_NAMES, nonfinite_role
-from driftwatch.sources.records import (
+from driftwatch.sources.protowire import (
+    CONTENT_KEY,
+    DTYPE_KEY,
+    METADATA_KEY,
+    PACKED_VALUES_KEY,
+    SHAPE_KEY,
+    SIMPLE_VALUE_KEY,
     STEP_KEY,
     SUMMARY_KEY,
     TAG_KEY,
+    TENSOR_KEY,
     VALUE_KEY,
     WALL_TIME_KEY,
-    MaskedCrc,
+    Malformed,
+    varint,
 )
+from driftwatch.sources.records import MaskedCrc
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +212,7 @@ class Tags:
         record. None otherwise: parse it and ask ``scalars``."""
         try:
             return _quick_summary(record, self._scalar_tags, self.never_scalar)
-        except (IndexError, struct.error):  # cut short: not the usual form
+        except (IndexError, struct.error, Malformed):  # cut short: not the usual form
             return None
 
     def _number(self, tensor: Any) -> float | None:
@@ -228,28 +237,7 @@ class Tags:
         return float(array.ravel()[0]) if array.size == 1 else None
 
 
-# Keys (field number and wire type) of the fields ``Tags.quick`` reads: event.proto,
-# summary.proto, tensor.proto and tensor_shape.proto.
-_SIMPLE_VALUE = 0x15  # Value: float 2 (an Event's and a Summary's keys: records.py)
-_TENSOR, _METADATA = 0x42, 0x4A  # Value: TensorProto 8, SummaryMetadata 9
-_DTYPE, _SHAPE, _CONTENT = 0x08, 0x12, 0x22  # TensorProto: dtype 1, shape 2, bytes 4
-_PACKED_VALUES = {1: 0x2A, 2: 0x32}  # float_val 5 and double_val 6, packed: by dtype
 _DOUBLE, _FLOAT = struct.Struct("<d"), struct.Struct("<f")
-
-
-def _varint(data: bytes, i: int) -> tuple[int, int]:
-    """The varint at ``data[i:]`` and the index after it (``IndexError`` past the end)."""
-    byte = data[i]
-    if byte < 0x80:
-        return byte, i + 1
-    value, shift = byte & 0x7F, 7
-    while True:
-        i += 1
-        byte = data[i]
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, i + 1
-        shift += 7
 
 
 def _quick_summary(
@@ -259,81 +247,98 @@ def _quick_summary(
     order), each value of which is its tag then a number (a float, or a float or double
     tensor of no dimensions) or anything of a tag that is no scalar, and maybe metadata."""
     end = len(record)
-    wall_time, i = (
-        (_DOUBLE.unpack_from(record, 1)[0], 9) if record[0] == WALL_TIME_KEY else (0.0, 0)
-    )
-    step = 0
-    if record[i] == STEP_KEY:
-        step, i = _varint(record, i + 1)
-        if step >= 1 << 63:
-            step -= 1 << 64  # an int64 below zero
-    if record[i] != SUMMARY_KEY:
+    head = _summary_head(record, end)
+    if head is None:
         return None
-    length, i = _varint(record, i + 1)
-    if i + length != end:
-        return None  # fields after the summary, or fewer bytes
+    wall_time, step, i = head
     found = []
     while i < end:
         if record[i] != VALUE_KEY:
             return None
-        length, i = _varint(record, i + 1)
+        length, i = varint(record, i + 1, end)
         value_end = i + length
         if value_end > end or record[i] != TAG_KEY:
             return None
-        length, i = _varint(record, i + 1)
+        length, i = varint(record, i + 1, end)
         name = record[i : i + length]
         i += length
         if i > value_end:
             return None
         tag = scalar_tags.get(name)
-        if tag is None:
-            if name not in never_scalar:
-                return None  # a tag not settled yet: its metadata may decide
-            i = value_end
-            continue
-        if i >= value_end:
-            return None
-        key = record[i]
-        if key == _SIMPLE_VALUE:
-            number, i = _FLOAT.unpack_from(record, i + 1)[0], i + 5
-        elif key == _TENSOR:
-            length, i = _varint(record, i + 1)
-            tensor_end = i + length
-            if tensor_end > value_end:
-                return None
-            number = _tensor_number(record, i, tensor_end)
+        if tag is not None:
+            number = _value_number(record, i, value_end, end)
             if number is None:
                 return None
-            i = tensor_end
-        else:
-            return None
-        if i < value_end and record[i] == _METADATA:
-            length, i = _varint(record, i + 1)
-            i += length
-        if i != value_end:
-            return None
-        found.append((tag, float(number)))
+            found.append((tag, number))
+        elif name not in never_scalar:
+            return None  # a tag not settled yet: its metadata may decide
+        i = value_end
     return wall_time, step, found
+
+
+def _summary_head(record: bytes, end: int) -> tuple[float, int, int] | None:
+    """The wall time and step of an event whose last field is its summary, and where the
+    summary's values start; None for an event of another form."""
+    wall_time, i = (
+        (_DOUBLE.unpack_from(record, 1)[0], 9) if record[0] == WALL_TIME_KEY else (0.0, 0)
+    )
+    step = 0
+    if record[i] == STEP_KEY:
+        step, i = varint(record, i + 1, end)
+        if step >= 1 << 63:
+            step -= 1 << 64  # an int64 below zero
+    if record[i] != SUMMARY_KEY:
+        return None
+    length, i = varint(record, i + 1, end)
+    if i + length != end:
+        return None  # fields after the summary, or fewer bytes
+    return wall_time, step, i
+
+
+def _value_number(record: bytes, i: int, value_end: int, end: int) -> float | None:
+    """The number of a scalar's value whose tag ends at ``record[i]``: a float, or a tensor
+    ``_tensor_number`` reads, then maybe metadata, up to ``value_end``; None for any other
+    value."""
+    if i >= value_end:
+        return None
+    key = record[i]
+    if key == SIMPLE_VALUE_KEY:
+        number, i = _FLOAT.unpack_from(record, i + 1)[0], i + 5
+    elif key == TENSOR_KEY:
+        length, i = varint(record, i + 1, end)
+        tensor_end = i + length
+        if tensor_end > value_end:
+            return None
+        number = _tensor_number(record, i, tensor_end)
+        if number is None:
+            return None
+        i = tensor_end
+    else:
+        return None
+    if i < value_end and record[i] == METADATA_KEY:
+        length, i = varint(record, i + 1, end)
+        i += length
+    return float(number) if i == value_end else None
 
 
 def _tensor_number(record: bytes, i: int, end: int) -> float | None:
     """The one number of a float or double tensor of no dimensions at ``record[i:end]``, as
     ``Tags._number`` reads it; None for any other tensor."""
-    if end - i < 4 or record[i] != _DTYPE:
+    if end - i < 4 or record[i] != DTYPE_KEY:
         return None
     dtype = record[i + 1]
     fast = _SCALAR_SHAPE_DTYPES.get(dtype)
     if fast is None:
         return None
     i += 2
-    if i < end and record[i] == _SHAPE:
+    if i < end and record[i] == SHAPE_KEY:
         if record[i + 1] != 0:
             return None  # dimensions (or an unknown rank): make_ndarray decides
         i += 2
     if i >= end:
         return None
     key, length = record[i], record[i + 1]
-    if key not in (_CONTENT, _PACKED_VALUES[dtype]) or length != fast.size:
+    if key not in (CONTENT_KEY, PACKED_VALUES_KEY[dtype]) or length != fast.size:
         return None  # other values, or not one number
     if i + 2 + length != end:
         return None
