@@ -188,7 +188,7 @@ def test_the_plain_install_brings_stack_dumps_and_nvml(installed: Installed) -> 
         if line.startswith("Requires-Dist:") and "extra ==" not in line
     }
     assert {"py-spy", "nvidia-ml-py"} <= required, required
-    pip = [sys.executable, "-m", "pip", "--python", installed.python]
+    pip: list[str | Path] = [sys.executable, "-m", "pip", "--python", installed.python]
     # Installed anew even though the checkout's environment, on its path, has them.
     run([*pip, "install", "--no-deps", "--ignore-installed", "py-spy", "nvidia-ml-py"])
     doctor = run([installed.driftwatch, "doctor"], cwd=installed.home, env=fresh_env())
