@@ -750,8 +750,11 @@ def test_findings_of_every_run_are_logged_and_appended(
     wait_for(lambda: run in findings.read_text(), 20, "the finding in the findings file")
     found = [json.loads(line) for line in findings.read_text().splitlines()]
     assert [(f["run"], f["kind"]) for f in found if f["run"] == run] == [(run, "nonfinite")]
-    assert any(
-        line.startswith(f"driftwatch: {run}: [critical] nonfinite: ") for line in daemon.lines
+    # Logged before it is written to the file; this test reads the log from a pipe on a
+    # thread of its own, which may be behind.
+    logged = f"driftwatch: {run}: [critical] nonfinite: "
+    wait_for(
+        lambda: any(line.startswith(logged) for line in list(daemon.lines)), 10, "the log line"
     )
     assert daemon.stop() == 0
 
