@@ -5,8 +5,10 @@ import sys
 import uuid
 
 import psutil
+import pytest
 
 from driftwatch.channel.paths import stamp
+from driftwatch.daemon import discovery
 from driftwatch.daemon.discovery import REREAD_COMMANDS_EVERY_SCANS, ProcessTable
 from tests.conftest import wait_for
 
@@ -51,11 +53,31 @@ def test_a_process_that_execs_another_program_is_listed_with_its_new_command_at_
         assert child.stdin is not None
         child.stdin.write("go\n")
         child.stdin.flush()
-        wait_for(lambda: psutil.Process(child.pid).name() == "sleep", 10, "the exec")
+        # The exec done: its new name is set a moment before its new arguments.
+        wait_for(lambda: psutil.Process(child.pid).cmdline() == ["sleep", tag], 10, "the exec")
         assert listed(table, child.pid) == (*as_psutil_lists(child.pid)[:2], f"sleep {tag}")
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_process_caught_without_arguments_in_its_exec_is_listed_at_the_next_scan(
+    sleeper: subprocess.Popen[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Expected: a scan that reads an empty command line (an exec between its new name and its
+    # new arguments) lists nothing for it, and the next scan reads it again: it is listed
+    # then, not only once every command line is re-read.
+    real = discovery._command_line
+    in_exec = [True]
+
+    def command_line(pid: int) -> str:
+        return "" if pid == sleeper.pid and in_exec[0] else real(pid)
+
+    monkeypatch.setattr(discovery, "_command_line", command_line)
+    table = ProcessTable()
+    assert listed(table, sleeper.pid) is None
+    in_exec[0] = False
+    assert listed(table, sleeper.pid) == as_psutil_lists(sleeper.pid)
 
 
 def test_a_program_that_execs_one_of_the_same_name_is_listed_anew_within_the_reread() -> None:

@@ -35,6 +35,7 @@ from driftwatch.channel.paths import (
 from driftwatch.channel.ring import ChannelReader, read_meta, writer_alive
 from driftwatch.daemon.config import Config
 from driftwatch.errors import TargetAccessDenied, TargetGone
+from driftwatch.target.access import is_kernel_thread
 from driftwatch.target.pidns import find_process, start_ticks
 from driftwatch.target.process import CLOCK_TICKS, Target, read_proc_file
 
@@ -102,11 +103,7 @@ class ProcessTable:
                 close = stat.rindex(b")")
                 ticks = stat[close + 2 :].split(maxsplit=20)[19]
                 identity = stat[stat.index(b"(") + 1 : close] + b"\0" + ticks
-                previous = self._known.get(pid)
-                if previous is not None and previous[0] == identity and not reread:
-                    command = previous[1]
-                else:
-                    command = _command_line(pid)
+                command = self._command(pid, identity, stat, reread)
             except (OSError, ValueError, IndexError):  # exited since the listing
                 continue
             known[pid] = (identity, command)
@@ -114,6 +111,18 @@ class ProcessTable:
                 table.append((pid, float(ticks) / CLOCK_TICKS + boot, command))
         self._known = known
         return table
+
+    def _command(self, pid: int, identity: bytes, stat: bytes, reread: bool) -> str:
+        """The command line of ``pid``: remembered from the previous scan when the process
+        is the same one, read anew otherwise. An empty one is remembered only for a kernel
+        thread: a process caught in ``exec``, between taking its new name and setting up its
+        new arguments, has none for a moment."""
+        previous = self._known.get(pid)
+        if previous is None or previous[0] != identity:
+            return _command_line(pid)
+        if not previous[1]:
+            return "" if is_kernel_thread(stat) else _command_line(pid)
+        return _command_line(pid) if reread else previous[1]
 
 
 def _command_line(pid: int) -> str:
