@@ -72,7 +72,14 @@ SCENARIOS = [
     ),
 ]
 HEALTHY = [
-    Scenario("checkpoints", frozenset(), info="periodic_stall"),
+    # periodic_stall needs 4 recurring pauses of over 4 typical steps each: saves every 150
+    # steps are about 10 in 35 s where a step takes 20 ms, each pausing about 130 ms.
+    Scenario(
+        "checkpoints",
+        frozenset(),
+        info="periodic_stall",
+        args=("--seconds", SECONDS, "--every", "150"),
+    ),
 ]
 
 

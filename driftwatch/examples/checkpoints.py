@@ -1,6 +1,7 @@
 """A healthy run that saves a checkpoint every N steps: expected pauses, not a problem.
 
-Each save stops training for a moment at a regular interval. driftwatch reports it as
+Each save (the model, and a backup of the training state to resume from after a preemption)
+stops training for a moment at a regular interval. driftwatch reports it as
 information only (``periodic_stall``: period and share of wall time), and nothing else.
 It logs no TensorBoard summaries: Keras's TensorBoard callback keeps about 2 KB a step, a
 slow leak that driftwatch rightly reports at a run's end (``train_keras`` shows it).
@@ -27,7 +28,8 @@ def main() -> None:
     checkpoint = keras.callbacks.ModelCheckpoint(
         os.path.join(directory, "checkpoint.keras"), save_freq=args.every
     )
-    fit(model, x, y, directory, args.seconds, [checkpoint], tensorboard=False)
+    backup = keras.callbacks.BackupAndRestore(os.path.join(directory, "backup"), args.every)
+    fit(model, x, y, directory, args.seconds, [checkpoint, backup], tensorboard=False)
 
 
 if __name__ == "__main__":
