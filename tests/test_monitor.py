@@ -3,6 +3,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -235,6 +236,43 @@ def test_sinks_receive_each_snapshot_then_the_last_with_why_monitoring_ended() -
     history = monitor.snapshot.store.get(("rss_bytes", ()))
     assert history is not None
     assert (history.first, history.peak, history.count) == ((1002.0, 1.0), 2.0, 2)
+
+
+class LandingAnnotator:
+    """Names a capture in the findings once it has landed, which happens when it settles."""
+
+    def __init__(self) -> None:
+        self.landed = False
+
+    def annotate(self, now: float, findings: list[Finding], store: Store) -> list[Finding]:
+        if not self.landed:
+            return findings
+        return [replace(f, evidence={**f.evidence, "capture_trace": "trace"}) for f in findings]
+
+    def settle(self) -> None:
+        self.landed = True
+
+
+def test_evidence_that_lands_as_monitoring_ends_is_in_the_findings_the_sinks_close_with() -> None:
+    # Expected: a capture that lands only once the target is gone (a trace the hook wrote
+    # last) is named in the last findings the recorder and the other sinks get.
+    stalled = Finding("stalled", Severity.WARNING, 1000.0, "no step", {})
+    source = ScriptedSource("process", "rss_bytes", [1.0, TargetGone(7, "process 7 exited")])
+    log: list[tuple[str, str, Snapshot]] = []
+    monitor = Monitor(
+        "run",
+        INFO,
+        [source],
+        Engine([ScriptedDetector([(stalled,)] * 5)]),
+        clock=Clock(),
+        recorder=RecordingSink("recorder", log),
+        annotator=LandingAnnotator(),
+    )
+    watch(monitor, 0.01, threading.Event())
+    published = [snapshot for _, event, snapshot in log if event == "publish"]
+    assert all("capture_trace" not in f.evidence for s in published for f in s.findings)
+    (closed,) = [snapshot for _, event, snapshot in log if event.startswith("close")]
+    assert closed.findings[0].evidence == {"capture_trace": "trace"}
 
 
 def watch_ticks(monitor: Monitor, interval: float, count: int) -> tuple[str | None, list[Snapshot]]:

@@ -305,11 +305,15 @@ class Capturer:
     def publish(self, snapshot: Snapshot) -> None:
         """Nothing: the captures start in ``annotate``, before the findings are announced."""
 
-    def close(self, snapshot: Snapshot, ended: str) -> None:
+    def settle(self) -> None:
         """Wait for the stack dumps under way, and take in the traces the hook finished."""
         for thread in self._threads:
             thread.join()
         self._collect(time.time())
+
+    def close(self, snapshot: Snapshot, ended: str) -> None:
+        """Settle: what the monitor did not wait for before its sinks closed."""
+        self.settle()
 
 
 def capturer_for(db: Path, target: TargetInfo, sources: Sequence[object]) -> Capturer:

@@ -163,7 +163,7 @@ class Session:
             on_finding=partial(self.findings.write, run),
             recorder=None if history is None else history.recorder(run, target),
             sinks=sinks if capturer is None else [*sinks, capturer],
-            annotate=None if capturer is None else capturer.annotate,
+            annotator=capturer,
         )
 
     def close(self, quietly: bool = False) -> None:

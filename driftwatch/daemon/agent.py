@@ -187,7 +187,7 @@ class Daemon:
             on_finding=lambda finding: self._report(name, finding),
             recorder=None if history is None else history.recorder(name, target.info),
             sinks=() if capturer is None else (capturer,),
-            annotate=None if capturer is None else capturer.annotate,
+            annotator=capturer,
         )
         self._watched[key] = _Watched(monitor, command, channel is None, channel, cadence)
         log.info("watching %s (pid %d), found by %s", name, target.pid, found.found_by)

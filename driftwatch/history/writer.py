@@ -345,7 +345,9 @@ class RunRecorder:
             self._send(snapshot.t, snapshot.store, None)
 
     def close(self, snapshot: Snapshot, ended: str) -> None:
-        """Send everything up to the last tick, with why monitoring ended (may wait)."""
+        """Send everything up to the last tick, with why monitoring ended (may wait); the
+        last snapshot's findings are noted again, with the evidence that landed since."""
+        self._note_findings(snapshot)
         self._send(snapshot.t, snapshot.store, ended)
 
     def _note_findings(self, snapshot: Snapshot) -> None:

@@ -17,6 +17,8 @@ import math
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Protocol
 
 from driftwatch.detect import Engine
 from driftwatch.detect.goodput import GoodputAccount
@@ -61,8 +63,17 @@ FAST_MEMORY_HORIZON = 3600.0
 """Seconds within which memory, at its latest rate, would reach its limit: moving fast."""
 
 
-Annotate = Callable[[float, list[Finding], Store], list[Finding]]
-"""Sees a tick's findings before they are announced: ``(now, findings, store)`` to findings."""
+class Annotator(Protocol):
+    """Adds evidence to a tick's findings before they are announced (the captures';
+    ``driftwatch.capture``)."""
+
+    def annotate(self, now: float, findings: list[Finding], store: Store) -> list[Finding]:
+        """The tick's ``findings``, with what it adds to their evidence."""
+        ...
+
+    def settle(self) -> None:
+        """Wait for the evidence under way: monitoring ends."""
+        ...
 
 
 def check_interval(interval: float, what: str = "--interval") -> float:
@@ -89,15 +100,15 @@ class Monitor:
         recorder: Sink | None = None,
         sinks: Sequence[Sink] = (),
         evaluate_every: float = 0.0,
-        annotate: Annotate | None = None,
+        annotator: Annotator | None = None,
     ) -> None:
         """``sinks`` receive each snapshot, then the last one with why monitoring ended;
         ``recorder`` (the history's) goes first, before them. ``evaluate_every``: seconds
         (sample time) between evaluations of the detectors, at most (the ``Cadence``'s, set
         by the caller before each tick); ticks in between publish the last evaluation's
         findings.
-        ``annotate`` sees each tick's findings first and may add evidence to them (the
-        captures'; ``driftwatch.capture``)."""
+        ``annotator`` sees each tick's findings first and may add evidence to them; when
+        monitoring ends, the last findings are annotated once more after it settles."""
         self.run = run
         self.target = target
         self.store = store if store is not None else Store()
@@ -109,7 +120,7 @@ class Monitor:
         self._clock = clock
         self._on_finding = on_finding
         self._sinks = ([] if recorder is None else [recorder]) + list(sinks)
-        self._annotate = annotate
+        self._annotator = annotator
         self.reported: dict[str, Finding] = {}
         """Each kind's latest (worst) finding in this run, in the order the kinds were first
         reported; kept after it stops holding."""
@@ -197,8 +208,8 @@ class Monitor:
     def _publish(self, now: float, findings: list[Finding], final: bool = False) -> None:
         """Announce news among ``findings``, publish the snapshot and hand it to the sinks."""
         self.store.extend(self.goodput.samples(now, final=final))
-        if self._annotate is not None:
-            findings = self._annotate(now, findings, self.store)
+        if self._annotator is not None:
+            findings = self._annotator.annotate(now, findings, self.store)
         for kind, finding in worst_per_kind(findings).items():
             self.reported[kind] = finding
             # Announced when first seen, and again when its severity or diagnosis becomes one
@@ -266,8 +277,19 @@ class Monitor:
         for source in self._sources:
             if source.name not in self._down:
                 source.close()
+        self._settle()
         for sink in self._sinks:
             sink.close(self.snapshot, ended)
+
+    def _settle(self) -> None:
+        """Wait for the evidence under way and name what landed in the last findings, so
+        the history records the evidence that exists at the end."""
+        if self._annotator is None:
+            return
+        self._annotator.settle()
+        last = self.snapshot
+        findings = self._annotator.annotate(last.t, list(last.findings), self.store)
+        self.snapshot = replace(last, findings=tuple(findings))
 
 
 def watch(
