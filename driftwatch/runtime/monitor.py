@@ -63,7 +63,7 @@ FAST_MEMORY_HORIZON = 3600.0
 """Seconds within which memory, at its latest rate, would reach its limit: moving fast."""
 
 
-class Annotator(Protocol):
+class EvidenceAnnotator(Protocol):
     """Adds evidence to a tick's findings before they are announced (the captures';
     ``driftwatch.capture``)."""
 
@@ -100,7 +100,7 @@ class Monitor:
         recorder: Sink | None = None,
         sinks: Sequence[Sink] = (),
         evaluate_every: float = 0.0,
-        annotator: Annotator | None = None,
+        annotator: EvidenceAnnotator | None = None,
     ) -> None:
         """``sinks`` receive each snapshot, then the last one with why monitoring ended;
         ``recorder`` (the history's) goes first, before them. ``evaluate_every``: seconds
