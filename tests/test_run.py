@@ -166,7 +166,8 @@ def test_retracing_warnings_are_counted_and_passed_through() -> None:
 def test_no_hook_leaves_the_job_alone() -> None:
     job = (
         "import os\n"
-        "print(os.environ.get('DRIFTWATCH_HOOK'), 'inject' in os.environ.get('PYTHONPATH', ''))"
+        "os.write(1, f\"{os.environ.get('DRIFTWATCH_HOOK')} "
+        "{'inject' in os.environ.get('PYTHONPATH', '')}\\n\".encode())"
     )
     result = run_cli("run", "--no-hook", "--listen", "127.0.0.1:0", *python_job(job))
     assert result.returncode == 0, result.stderr
@@ -178,8 +179,10 @@ def test_the_jobs_own_sitecustomize_still_runs(tmp_path: Path) -> None:
     job = (
         "import builtins, sys\n"
         "import sitecustomize\n"
-        "print(getattr(builtins, 'JOB_SITE', 'missing'), 'driftwatch.hook.autolog' in sys.modules,"
-        " sitecustomize.__file__)"
+        # One write: print() writes each argument apart when stdout is unbuffered, and our
+        # live line, on the same stdout, can come between them.
+        "sys.stdout.write(f\"{getattr(builtins, 'JOB_SITE', 'missing')} "
+        "{'driftwatch.hook.autolog' in sys.modules} {sitecustomize.__file__}\\n\")"
     )
     result = subprocess.run(
         [sys.executable, "-m", "driftwatch", "run", "--listen", "127.0.0.1:0", *python_job(job)],
@@ -196,7 +199,7 @@ def test_the_jobs_own_sitecustomize_still_runs(tmp_path: Path) -> None:
 
 
 def test_injection_without_a_sitecustomize_of_the_jobs_own_is_silent() -> None:
-    job = "import sys; print('driftwatch.hook.autolog' in sys.modules)"
+    job = "import sys; sys.stdout.write(f\"{'driftwatch.hook.autolog' in sys.modules}\\n\")"
     result = run_cli("run", "--listen", "127.0.0.1:0", *python_job(job))
     assert result.returncode == 0, result.stderr
     assert "True" in result.stdout.splitlines()
