@@ -29,6 +29,7 @@ class Verdict:
     leak_classes: frozenset[str]  # the leak classes a host_memory_drift may name; empty: any
     forbidden: frozenset[str]  # none of these at warning or critical
     missed: str  # why driftwatch does not yet get it right; empty: it must
+    alone: bool  # run with no job beside it, though judged on growth alone
 
     def __str__(self) -> str:
         return self.name
@@ -38,7 +39,7 @@ class Verdict:
         when driftwatch starts getting it right."""
         if self.missed:
             marks = [pytest.mark.xfail(strict=True, reason=self.missed)]
-        elif self.kinds and self.kinds | self.forbidden <= UNTIMED_KINDS:
+        elif self.kinds and self.kinds | self.forbidden <= UNTIMED_KINDS and not self.alone:
             marks = [pytest.mark.paired]
         else:
             marks = []
@@ -55,6 +56,7 @@ def load_verdicts() -> list[Verdict]:
             frozenset(table.get("leak_classes", ())),
             frozenset(table.get("forbidden", ())),
             table.get("missed", ""),
+            table.get("alone", False),
         )
         for name, table in tables.items()
     ]
