@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from driftwatch.detect.stats import level_jumps, mann_kendall, theil_sen
+from driftwatch.detect.stats import FloatArray, level_jumps, mann_kendall, theil_sen
 from driftwatch.detect.windows import WindowMeans
 from driftwatch.units import MIB
 
@@ -129,6 +129,15 @@ def _decay(older_slope: float, newer_slope: float, half_span: float) -> float:
     if newer_slope <= 0:
         return 0.0
     return half_span / math.log(older_slope / newer_slope)
+
+
+def pace_kept(times: FloatArray, values: FloatArray, share: float) -> bool:
+    """Whether the newer half of ``values`` rises at ``share`` or more of the older half's
+    rate (Theil-Sen slopes; the halves share their middle point)."""
+    half = len(values) // 2
+    older, _ = theil_sen(times[: half + 1], values[: half + 1])
+    newer, _ = theil_sen(times[half:], values[half:])
+    return not newer < share * older  # NaN slopes pass, as no slowing is shown
 
 
 def analyse_scale(
@@ -302,10 +311,7 @@ def steep_rise(times: np.ndarray, values: np.ndarray, thresholds: MemoryThreshol
         or rises.max() > RAPID_EVEN * rises.min()
     ):
         return None
-    half = len(values) // 2
-    older, _ = theil_sen(times[: half + 1], values[: half + 1])
-    newer, _ = theil_sen(times[half:], values[half:])
-    if newer < SLOWING * older:
+    if not pace_kept(times, values, SLOWING):
         return None
     slope, _ = theil_sen(times, values)
     p = mann_kendall(values).p

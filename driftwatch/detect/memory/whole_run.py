@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from driftwatch.detect.memory.trends import RAPID_EVEN, MemoryThresholds, Trend
+from driftwatch.detect.memory.trends import RAPID_EVEN, MemoryThresholds, Trend, pace_kept
 from driftwatch.detect.stats import mann_kendall, theil_sen
 from driftwatch.units import MIB
 
@@ -106,10 +106,7 @@ def _material_growth(
         return None
     if len(floors) >= CONCLUDE_MK_POINTS and not test.p < CONCLUDE_ALPHA:
         return None
-    half = len(floors) // 2
-    older, _ = theil_sen(times[: half + 1], floors[: half + 1])
-    newer, _ = theil_sen(times[half:], floors[half:])
-    if newer < CONCLUDE_PACE * older:
+    if not pace_kept(times, floors, CONCLUDE_PACE):
         return None
     slope, _ = theil_sen(times, floors)
     return Trend(width, slope, test.p, level, float(times[0]), len(floors), math.inf)
