@@ -12,7 +12,6 @@ import pytest
 from driftwatch.detect import Evaluation
 from driftwatch.detect.input_bound import InputBoundDetector
 from driftwatch.findings import Severity
-from driftwatch.hook.fit_input import ENABLE_ENV
 from driftwatch.series import Sample
 from tests.test_custom_loop_hook import (
     findings,
@@ -43,11 +42,14 @@ def test_a_share_over_a_fifth_of_each_step_is_an_input_bound_warning() -> None:
     assert finding.kind == "input_bound"
     assert finding.severity is Severity.WARNING
     assert finding.evidence == pytest.approx(
-        {"share": 0.3, "step_seconds": 0.010, "wait_seconds": 0.003}
+        {"share": 0.3, "step_seconds": 0.010, "wait_seconds": 0.003, "compute_seconds": 0.007}
     )
     assert finding.message.startswith("30% of each step (3.0 ms of 10.0 ms) waits")
+    assert "7.0 ms computes" in finding.message
     assert "prefetch" in finding.message
     assert "num_parallel_calls" in finding.message
+    assert "tf.numpy_function" in finding.message
+    assert "more workers" in finding.message
     assert evaluation.score == pytest.approx(6.0)
 
 
@@ -205,6 +207,78 @@ def test_the_same_loop_with_prefetch_and_a_parallel_fast_map_is_not(tmp_path: Pa
     assert "input_bound" not in {f["kind"] for f in warned}
 
 
+# -- a Python decoder per sample, no prefetch: fit and a custom loop ------------------
+
+DECODER_JOB = """
+import sys, time
+import numpy as np
+import tensorflow as tf
+import keras
+
+LOOP, BATCHES = sys.argv[1], int(sys.argv[2])
+keras.utils.set_random_seed(0)
+model = keras.Sequential(
+    [keras.Input((32,)), keras.layers.Dense(64, activation="relu"), keras.layers.Dense(1)]
+)
+samples = np.random.default_rng(0).normal(size=(4096, 32)).astype("float32")
+
+
+def decode(sample):
+    time.sleep(0.004)  # a decoder in Python: 4 ms a sample, 32 a batch
+    return sample
+
+
+def load(sample):
+    out = tf.numpy_function(decode, [sample], tf.float32)
+    out.set_shape(sample.shape)
+    return out, tf.reduce_sum(out, keepdims=True)
+
+
+# No prefetch, a sequential map: each batch is decoded when the step asks for it. Finite,
+# so that the job ends with its data (see FIT_UNDER_DRIFTWATCH below).
+dataset = tf.data.Dataset.from_tensor_slices(samples).map(load).batch(32).repeat().take(BATCHES)
+if LOOP == "fit":
+    model.compile(optimizer="sgd", loss="mse")
+    model.fit(dataset, verbose=0)
+else:
+    optimizer = keras.optimizers.SGD(0.01)
+
+    @tf.function
+    def train_step(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((model(x) - y) ** 2)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    for x, y in dataset:
+        train_step(x, y)
+print("steps", BATCHES)
+"""
+
+
+@pytest.mark.tf
+@pytest.mark.paired
+@pytest.mark.parametrize("loop", ["fit", "custom"])
+def test_a_job_decoding_each_sample_in_python_is_input_bound_and_not_productive(
+    tmp_path: Path, loop: str
+) -> None:
+    # Expected, for fit as for a custom loop: each 32-sample batch waits about 130 ms for
+    # its decoder while the model computes for a millisecond or two, so at least 80 % of
+    # each step waits for input: an input_bound warning with that share, and goodput's
+    # productive share at most 20 % (the wait is not compute). 300 batches, about 40 s:
+    # the detector judges the median of at least three 10-s readings.
+    stdout, db = run_under_driftwatch(DECODER_JOB, tmp_path, loop, "300")
+    assert steps_run(stdout) == 300, stdout
+    series = history_series(db)
+    (finding,) = [f for f in findings(tmp_path) if f["kind"] == "input_bound"]
+    assert finding["severity"] == "warning"
+    assert finding["evidence"]["share"] >= 0.8, finding
+    assert finding["evidence"]["compute_seconds"] < 0.2 * finding["evidence"]["step_seconds"]
+    goodput = [b.last for b in series["goodput_ratio"] if b.last == b.last]
+    assert goodput[-1] <= 0.2, goodput
+
+
 # -- Keras fit: its input wait timed in its graph -------------------------------------
 
 FIT_UNDER_DRIFTWATCH = (
@@ -231,12 +305,10 @@ print("steps", int(sys.argv[1]))
 )
 
 
-def fit_shares(tmp_path: Path, *mode: str, timed: bool = True) -> tuple[str, list[float]]:
-    """``FIT_UNDER_DRIFTWATCH`` over 350 batches under ``driftwatch run`` with no flags,
-    its input wait asked for in its environment where ``timed``: its stdout, and the
-    input-wait shares its history holds (one mean per bucket)."""
-    env = {ENABLE_ENV: "1"} if timed else {}
-    stdout, db = run_under_driftwatch(FIT_UNDER_DRIFTWATCH, tmp_path, "350", *mode, env=env)
+def fit_shares(tmp_path: Path, *mode: str) -> tuple[str, list[float]]:
+    """``FIT_UNDER_DRIFTWATCH`` over 350 batches under ``driftwatch run`` with no flags: its
+    stdout, and the input-wait shares its history holds (one mean per bucket)."""
+    stdout, db = run_under_driftwatch(FIT_UNDER_DRIFTWATCH, tmp_path, "350", *mode)
     assert steps_run(stdout) == 350, stdout
     series = history_series(db)
     assert series["step_seconds"]

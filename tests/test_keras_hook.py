@@ -19,7 +19,7 @@ import pytest
 from driftwatch.channel.paths import channel_path
 from driftwatch.channel.ring import ChannelReader, Record
 from driftwatch.channel.wire import SERIES_META, RecordKind
-from driftwatch.hook import core
+from driftwatch.hook import core, fit_input
 from tests.conftest import TF_ENV
 
 pytestmark = [pytest.mark.tf, pytest.mark.paired]
@@ -131,6 +131,33 @@ def test_fit_with_async_dispatch(channel_dir: Path, monkeypatch: pytest.MonkeyPa
     records, _ = read_channel(channel_dir)
     assert len([r for r in records if r.kind == RecordKind.STEP]) == 2 * 9
     assert callback.hook.global_step == 20
+
+
+def test_fit_trains_the_same_when_every_fetch_is_timed(
+    channel_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every step sampled (no spacing): each batch is fetched by the sampler and handed to
+    # Keras's own step function. The weights, the losses, the steps per epoch (a partial
+    # last batch included, and the end of the data each epoch) must be those of the same fit
+    # without driftwatch, the step function traced no more often, and the wait sent.
+    monkeypatch.setattr(fit_input, "SAMPLE_SPACING_SECONDS", 0.0)
+    x, y = data(batches=13)  # 104 samples: 6 batches of 16 and a partial one of 8
+    keras.utils.set_random_seed(1)
+    plain = small_model()
+    keras.utils.set_random_seed(1)
+    watched = small_model()
+    callback = DriftwatchCallback(channel_dir=str(channel_dir), probe_every_steps=5)
+    fits = {"batch_size": 16, "epochs": 3, "verbose": 0, "shuffle": False}
+    expected = plain.fit(x, y, **fits).history["loss"]
+    assert watched.fit(x, y, callbacks=[callback], **fits).history["loss"] == expected
+    for ours, theirs in zip(watched.weights, plain.weights, strict=True):
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+    assert callback.hook.global_step == 3 * 7
+    assert callback.hook.input_batches == 3 * 7  # the first sample stands for the first step
+    records, meta = read_channel(channel_dir)
+    assert values_of(records, meta, "tracing_count")[-1] == 0
+    shares = values_of(records, meta, "input_wait_share")
+    assert shares and all(0 <= share <= 1 for share in shares)
 
 
 def test_steps_per_execution(channel_dir: Path) -> None:

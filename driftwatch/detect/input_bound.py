@@ -29,6 +29,15 @@ MIN_READINGS = 3
 """Readings needed before anything is judged (the first may hold the pipeline's fill)."""
 STEP_WINDOW = 64
 """Newest step times kept, whose median converts the share into a wait per step."""
+INPUT_FIXES = (
+    "Prefetch (dataset.prefetch(tf.data.AUTOTUNE)), map in parallel "
+    "(map(..., num_parallel_calls=tf.data.AUTOTUNE)), cache what is decoded or augmented the "
+    "same each epoch (dataset.cache()), move Python work in tf.py_function or "
+    "tf.numpy_function into TensorFlow ops (they hold the GIL and run one at a time), read "
+    "with more workers (interleave(..., num_parallel_calls=...), or more processes for a "
+    "PyDataset), and avoid host syncs in the loop (.numpy() or float(loss) every step)."
+)
+"""What to do about an input-bound run, as the finding says it."""
 
 
 class InputBoundDetector:
@@ -96,13 +105,15 @@ class InputBoundDetector:
         band = "the run is input-bound" if bound else "a moderate share"
         message = (
             f"{share:.0%} of each step ({human_seconds(wait)} of {human_seconds(step)}) waits "
-            f"for the next batch from the input pipeline: {band}. Prefetch "
-            "(dataset.prefetch(tf.data.AUTOTUNE)), map in parallel "
-            "(map(..., num_parallel_calls=tf.data.AUTOTUNE)), cache what is decoded or "
-            "augmented the same each epoch (dataset.cache()), use a larger batch, and avoid "
-            "host syncs in the loop (.numpy() or float(loss) every step)."
+            f"for the next batch from the input pipeline, {human_seconds(step - wait)} "
+            f"computes: {band}. {INPUT_FIXES}"
         )
-        evidence = {"share": share, "step_seconds": step, "wait_seconds": wait}
+        evidence = {
+            "share": share,
+            "step_seconds": step,
+            "wait_seconds": wait,
+            "compute_seconds": step - wait,
+        }
         if self._batch_waits:
             evidence["batch_wait_seconds"] = typical
         return Evaluation(score, (Finding("input_bound", severity, since, message, evidence),))

@@ -1,144 +1,133 @@
-"""Keras ``fit``'s input wait, timed inside its train function's graph, where the job asks for
-it (``ENABLE_ENV``; off by default for its cost, bench/RESULTS.md "Fit's input wait").
+"""Keras ``fit``'s input wait, timed on a sample of its steps, by default.
 
 Keras 3's TensorFlow trainer fetches each batch inside its traced train function
 (``iterator.get_next()`` in ``multi_step_on_iterator``), where no host-side timer sees it.
-``install(tf)`` wraps ``OwnedIterator.get_next`` so that, while ``DriftwatchCallback`` calls
-fit's train function (``FitInputTimer.armed``) and that call traces it, the fetch is built
-between two ``tf.timestamp`` ops on the CPU: the first runs before the ``IteratorGetNext`` op
-(a control edge), the second after its outputs, and the batch reaches the step only through
-an ``IdentityN`` op that waits for the second (otherwise the step's first ops, ready at the same
-moment, can run before it and count as wait). Their difference, and a batch, are added to a
-two-element float64 variable on the CPU (``AssignAddVariableOp``), which the hook reads at
-each probe (every 100 steps or 10 s) and adds to the same ``input_wait_seconds`` and
-``input_batches`` a custom loop's iterator patch fills: ``input_wait_share`` then follows as
-it does for custom loops. The per-step cost is those few ops in the graph, no host call.
+On a sampled step ``FitInputSampler.train`` fetches the batch itself, with a small
+``tf.function`` that runs the ``IteratorGetNext`` op between two ``tf.timestamp`` ops (the
+second after the batch's tensors: the op's wait and its hand-off to tf.data's thread, not
+the Python call around it), and hands that batch to the train function as a one-element
+Python iterator: Keras then runs its ``one_step_on_data`` on it, the same step the graph
+would have run. The wait is read back as a float (a CPU tensor: no device sync) and added
+to the hook's ``input_wait_seconds`` for all the steps since the previous sample; from there
+``input_wait_share`` is sent at each probe as for a custom loop.
 
-What the difference holds: the time the train function was blocked on the fetch, the op's
-hand-off to tf.data's thread and back included. The TF Profiler's ``IteratorGetNextOp::
-DoCompute`` event starts after the hand-off, so on a healthy pipeline this reads a tenth of
-a millisecond or so more per batch (docs/hook.md, "Input wait"); a custom loop's timed
-``next(it)`` includes the eager op's dispatch likewise.
+The other steps run Keras's train function untouched, at no cost. Steps are sampled about
+``SAMPLE_SPACING_SECONDS`` of training apart (every step once steps are that long), at
+random strides around that spacing so that a pipeline with a period of its own (a shuffle
+buffer refilling every N batches) is not read at one phase only.
 
-Not timed (no ``input_wait_share``, as before): ``steps_per_execution > 1`` (Keras then
-fetches the next batch with ``get_next_as_optional`` in the same loop body as the step, so
-the fetch overlaps the step and its duration is not a wait), a distribution strategy other
-than the default (its iterators are not ``OwnedIterator``), ``run_eagerly=True`` (the fetch
-is eager; not a graph), and a train function traced before a ``DriftwatchCallback`` first
-called it.
+Not timed (no ``input_wait_share``, unknown rather than 0): ``steps_per_execution > 1``
+(Keras then fetches the next batch with ``get_next_as_optional`` in the same loop body as
+the step, so the fetch overlaps the step and its duration is not a wait), a distribution
+strategy other than the default (its iterators are not ``OwnedIterator``), ``run_eagerly``
+and other backends. Reasoning and figures: docs/hook.md, "Input wait".
 """
 
 from __future__ import annotations
 
-import functools
 import logging
-import os
+import math
+import random
+import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from driftwatch.hook.core import Hook
 
 log = logging.getLogger(__name__)
 
-ENABLE_ENV = "DRIFTWATCH_FIT_INPUT_WAIT"
-"""Set to ``1`` in the job's environment to time fit's input wait (off by default: its
-ops cost about 25 µs of CPU a step, 2 % of the hook-overhead bench's step)."""
+SAMPLE_SPACING_SECONDS = 0.05
+"""Training time between two timed fetches, on average (seconds)."""
+FIRST_SAMPLED_STEP = 2
+"""The first step timed, counted in the hook's steps: after the step that traces fit's
+train function, before the first probe reads the tracing counts."""
 
-_PATCHED = "__driftwatch_patched__"
+
+class Sampler(Protocol):
+    """Runs fit's train function for a step, timing its input fetch on the steps it samples.
+
+    ``next_step``: the hook's step count from which the next call is sampled (infinite when
+    none will be); the caller compares it with the step count, nothing more, on the others.
+    """
+
+    next_step: float
+
+    def train(self, train_function: Callable[[Any], Any], iterator: Any) -> Any: ...
 
 
-class FitInputTimer:
-    """The process's wait accumulator and the flag that arms the ``get_next`` patch."""
+class NeverSampled:
+    """The sampler of a ``fit`` whose fetches cannot be timed: it samples no step."""
 
-    def __init__(self, tf: Any) -> None:
+    next_step = math.inf
+
+    def train(self, train_function: Callable[[Any], Any], iterator: Any) -> Any:
+        return train_function(iterator)
+
+
+NEVER = NeverSampled()
+
+
+class FitInputSampler:
+    """Times the input fetch of one ``fit`` step now and then (see the module); a
+    ``Sampler``, whose ``next_step`` becomes infinite once the fetch cannot be timed."""
+
+    def __init__(self, tf: Any, hook: Hook) -> None:
+        from tensorflow.python.data.ops import iterator_ops
+
         self._tf = tf
-        self.armed = False  # fit's train function is being called (and maybe traced)
-        self.variable: Any = None  # [seconds waited, batches], float64 on the CPU
-        self._read = (0.0, 0.0)  # the variable's value at the last probe
-        self._hooks: set[int] = set()  # ids of the hooks that read it at their probes
+        self._hook = hook
+        self._iterator_type = iterator_ops.OwnedIterator
+        self._fetch = tf.function(self._timed_fetch, reduce_retracing=True)
+        self._random = random.Random()
+        self._sampled = (hook.global_step, math.nan)  # the previous sample: step, clock
+        self.next_step: float = hook.global_step + FIRST_SAMPLED_STEP
 
-    def timed_get_next(self, original: Callable[[Any], Any], iterator: Any) -> Any:
-        """``original(iterator)`` in a graph, between two timestamps whose difference (and
-        a batch) are added to the variable; the batch is released after the second."""
+    def _timed_fetch(self, iterator: Any) -> tuple[Any, Any]:
+        """The next batch of ``iterator``, and the seconds its fetch op waited (traced)."""
         tf = self._tf
-        if self.variable is None:
-            with tf.init_scope(), tf.device("/CPU:0"):
-                self.variable = tf.Variable(
-                    tf.zeros([2], tf.float64), trainable=False, name="driftwatch_input_wait"
-                )
         with tf.device("/CPU:0"):
             start = tf.timestamp()
         with tf.control_dependencies([start]):
-            batch = original(iterator)
-        flat = tf.nest.flatten(batch)
-        dense = [i for i, t in enumerate(flat) if isinstance(t, tf.Tensor)]
-        with tf.device("/CPU:0"), tf.control_dependencies([flat[i] for i in dense]):
+            batch = iterator.get_next()
+        with tf.device("/CPU:0"), tf.control_dependencies(tf.nest.flatten(batch)):
             end = tf.timestamp()
-            self.variable.assign_add(tf.stack([end - start, tf.constant(1.0, tf.float64)]))
-        if not dense:
-            return batch
-        with tf.control_dependencies([end]):  # one IdentityN op releases every tensor
-            released = tf.identity_n([flat[i] for i in dense])
-        for i, tensor in zip(dense, released, strict=True):
-            flat[i] = tensor
-        return tf.nest.pack_sequence_as(batch, flat)
+        return batch, end - start
 
-    def report_to(self, hook: Hook) -> None:
-        """Have ``hook`` read the accumulated waits at each of its probes (once per hook)."""
-        if id(hook) not in self._hooks:
-            self._hooks.add(id(hook))
-            hook.check_at_probe(self.read)
+    def train(self, train_function: Callable[[Any], Any], iterator: Any) -> Any:
+        """Run ``train_function`` for this step, its batch fetched and timed here."""
+        if not isinstance(iterator, self._iterator_type):  # a distributed iterator
+            self.next_step = math.inf
+            return train_function(iterator)
+        batch, waited = self._fetch(iterator)  # at the end of the data: OutOfRangeError,
+        self._record(float(waited))  # which fit's epoch loop takes as the epoch's end
+        return train_function(iter((batch,)))
 
-    def read(self, hook: Hook) -> None:
-        """Add the waits and batches timed since the last reading to ``hook``'s, each new
-        batch's wait taken as their mean (one read of a CPU variable: no device sync)."""
-        if self.variable is None:
-            return
-        seconds, batches = (float(v) for v in self.variable.numpy())
-        waited, fetched = seconds - self._read[0], round(batches - self._read[1])
-        self._read = (seconds, batches)
-        if fetched <= 0:
-            return
-        hook.add_input_wait(max(0.0, waited), fetched)
+    def _record(self, waited: float) -> None:
+        """Add the wait for every step since the previous sample; draw the next sample."""
+        hook = self._hook
+        step, now = hook.global_step, time.perf_counter()
+        previous_step, previous_time = self._sampled
+        steps = max(1, step - previous_step)
+        hook.add_input_wait(max(0.0, waited) * steps, steps)
+        self._sampled = (step, now)
+        period = (now - previous_time) / steps  # NaN at the first sample: the next step
+        stride = round(SAMPLE_SPACING_SECONDS / period) if period > 0 else 1
+        self.next_step = step + (self._random.randint(1, 2 * stride - 1) if stride > 1 else 1)
 
 
-_timer: FitInputTimer | None = None
+_samplers: dict[int, FitInputSampler] = {}  # by id of the hook (one per process, shared)
 
 
-def enabled() -> bool:
-    """Whether the job asked for fit's input wait (``ENABLE_ENV``)."""
-    return os.environ.get(ENABLE_ENV) == "1"
-
-
-def timer() -> FitInputTimer | None:
-    """This process's timer, once ``install`` has run."""
-    return _timer
-
-
-def install(tf: Any) -> FitInputTimer | None:
-    """Wrap ``OwnedIterator.get_next`` of the ``tensorflow`` module ``tf`` (once); None when
-    TensorFlow has moved it (fit's steps are still timed, its input wait is not)."""
-    global _timer
-    if _timer is not None:
-        return _timer
-    try:
-        from tensorflow.python.data.ops import iterator_ops
-    except ImportError as err:
-        log.info("driftwatch: tf.data iterators not found, fit's input wait unknown: %r", err)
-        return None
-    state = _timer = FitInputTimer(tf)
-    iterator_class = iterator_ops.OwnedIterator
-    original: Callable[[Any], Any] = iterator_class.get_next
-    if getattr(original, _PATCHED, False):
-        return state
-
-    @functools.wraps(original)
-    def get_next(self: Any) -> Any:
-        if not state.armed or tf.executing_eagerly() or tf.distribute.has_strategy():
-            return original(self)
-        return state.timed_get_next(original, self)
-
-    setattr(get_next, _PATCHED, True)
-    iterator_class.get_next = get_next
-    return state
+def sampler(tf: Any, hook: Hook) -> Sampler:
+    """``hook``'s sampler, made at its first ``fit`` and kept for the next ones (its fetch
+    function is traced once); ``NEVER`` when TensorFlow has moved its iterators (fit's
+    steps are still timed, its input wait is not)."""
+    found = _samplers.get(id(hook))
+    if found is None:
+        try:
+            found = _samplers[id(hook)] = FitInputSampler(tf, hook)
+        except (ImportError, AttributeError) as err:
+            log.info("driftwatch: tf.data iterators not found, fit's input wait unknown: %r", err)
+            return NEVER
+    return found

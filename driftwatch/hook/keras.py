@@ -4,9 +4,8 @@ It times each call of the model's train function by wrapping ``model.train_funct
 the duration of ``fit`` (exact even with ``steps_per_execution > 1``), and declares itself
 ``async_safe`` so Keras 3 keeps dispatching batch-end callbacks asynchronously. Its
 ``on_train_batch_end`` only reads the logs Keras has already turned into Python floats.
-Where the job asks for it (``fit_input.ENABLE_ENV``), with the TensorFlow backend and one
-step per execution, the train function's fetch of each batch is timed inside its graph
-(``driftwatch.hook.fit_input``): the input wait.
+With the TensorFlow backend and one step per execution, the fetch of a sample of the batches
+is timed (``driftwatch.hook.fit_input``): the input wait, told apart from the step's compute.
 """
 
 from __future__ import annotations
@@ -73,41 +72,30 @@ class DriftwatchCallback(keras.callbacks.Callback):  # type: ignore[misc]
         steps = max(1, int(getattr(self.model, "steps_per_execution", 1) or 1))
         hook = self.hook
         clock = time.perf_counter
-        timer = self._input_timer(steps)
-        if timer is not None:
-            timer.report_to(hook)
+        sampler = self._input_sampler(steps)
 
         def timed_train_function(iterator: Any) -> Any:
             hook.step_started(clock(), steps)
-            if timer is None:
+            if hook.global_step < sampler.next_step:
                 outputs = original(iterator)
-            else:  # arms fit_input's timer for the call (and its tracing)
-                timer.armed = True
-                try:
-                    outputs = original(iterator)
-                finally:
-                    timer.armed = False
+            else:  # this step's batch is fetched, and its wait timed, by the sampler
+                outputs = sampler.train(original, iterator)
             hook.step_ended(clock())
             return outputs
 
         self._unwrapped = original
         self.model.train_function = timed_train_function
 
-    def _input_timer(self, steps: int) -> fit_input.FitInputTimer | None:
-        """``fit_input``'s timer where the job asked for it and it can time this fit's
-        fetches: the TensorFlow backend, a traced train function, one step per execution
-        (see that module)."""
+    def _input_sampler(self, steps: int) -> fit_input.Sampler:
+        """``fit_input``'s sampler where it can time this fit's fetches (the TensorFlow
+        backend, a traced train function, one step per execution: see that module), else
+        one that never samples."""
         eager = getattr(self.model, "run_eagerly", False)
-        if (
-            not fit_input.enabled()
-            or steps != 1
-            or eager
-            or keras.backend.backend() != "tensorflow"
-        ):
-            return None
+        if steps != 1 or eager or keras.backend.backend() != "tensorflow":
+            return fit_input.NEVER
         import tensorflow as tf
 
-        return fit_input.install(tf)
+        return fit_input.sampler(tf, self.hook)
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
         if self._unwrapped is not None:
