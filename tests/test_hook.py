@@ -101,3 +101,6 @@ def test_a_probe_sends_the_share_of_step_time_spent_waiting_for_input(tmp_path: 
     assert [s.value for s in samples if s.series == "input_wait_share"] == [sum(waits) / 2.0]
     sent = [s.value for s in samples if s.series == "input_wait_batch_seconds"]
     assert sent == [statistics.median(waits)]
+    # Each wait came between two steps: input, not host work outside the step.
+    gaps = [s.value for s in samples if s.series == "step_gap_seconds"]
+    assert gaps == pytest.approx([0.5 - waits[0], 0.8 - waits[1]])

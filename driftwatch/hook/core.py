@@ -269,7 +269,13 @@ class Hook:
 
     def add_input_wait(self, seconds: float, batches: int = 1) -> None:
         """``batches`` batches fetched after ``seconds`` of waiting in all, each taken to
-        have waited their mean (custom_loop's patch times one batch, fit_input's a probe's)."""
+        have waited their mean (custom_loop's patch times one batch, fit_input's sampler the
+        steps since its previous sample). A wait between two steps (a custom loop's
+        ``next``) is input, not host work outside the step: the open gap is shortened by it,
+        so that a custom loop's step, as fit's, holds its input wait."""
+        idle = self._idle_since
+        if idle == idle:  # not NaN: between two steps
+            self._idle_since = idle + seconds
         first = self.input_batches
         each = seconds / batches
         for batch in range(max(first, first + batches - INPUT_WAITS_KEPT), first + batches):
