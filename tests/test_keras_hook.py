@@ -157,7 +157,8 @@ def test_fit_trains_the_same_when_every_fetch_is_timed(
     records, meta = read_channel(channel_dir)
     assert values_of(records, meta, "tracing_count")[-1] == 0
     shares = values_of(records, meta, "input_wait_share")
-    assert shares and all(0 <= share <= 1 for share in shares)
+    assert shares
+    assert all(0 <= share <= 1 for share in shares)
 
 
 def test_steps_per_execution(channel_dir: Path) -> None:
