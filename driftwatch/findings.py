@@ -47,6 +47,9 @@ KINDS: dict[str, KindSpec] = {
     "host_memory_drift": KindSpec(
         "Host memory drift", Severity.WARNING, "driftwatchhostmemorydrift"
     ),
+    "worker_memory_drift": KindSpec(
+        "Worker processes' memory drift", Severity.WARNING, "driftwatchworkermemorydrift"
+    ),
     "tf_memory_drift": KindSpec(
         "TensorFlow allocator memory drift", Severity.WARNING, "driftwatchtfmemorydrift"
     ),

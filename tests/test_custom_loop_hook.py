@@ -227,11 +227,11 @@ print("RESULT", json.dumps({
 """
 
 
-def run_with_autolog(program: str, tmp_path: Path, report: str = REPORT) -> dict[str, Any]:
+def run_with_autolog(program: str, tmp_path: Path, reporter: str = REPORT) -> dict[str, Any]:
     """Run ``program`` with the autolog installed, as ``driftwatch run`` injects it; what
-    ``report`` prints of it (by default what the recognizer made of it)."""
+    ``reporter`` prints of it (by default what the recognizer made of it)."""
     script = "from driftwatch.hook.autolog import install\ninstall()\nimport json\n"
-    script += program + report
+    script += program + reporter
     result = subprocess.run(
         [sys.executable, "-c", script],
         capture_output=True,
@@ -263,14 +263,14 @@ for _ in range(3):
     model.predict(x, batch_size=8, verbose=0)
 model.evaluate(x, x[:, :1], batch_size=16, verbose=0)
 """
-    report = """
+    reporter = """
 from driftwatch.hook import custom_loop
 print("RESULT", json.dumps({
     "callback_steps": core._shared.global_step,
     "recognised": custom_loop.recognizer().hook is not None,
 }))
 """
-    seen = run_with_autolog(program, tmp_path, report)
+    seen = run_with_autolog(program, tmp_path, reporter)
     assert seen == {"callback_steps": 35, "recognised": False}
 
 

@@ -208,6 +208,14 @@ def _rss_panels(series: Buckets, title: str) -> list[Panel]:
     return [Panel(title, "bytes", [_memory_line("RSS", rss, limit)])]
 
 
+def _workers_panels(series: Buckets, title: str) -> list[Panel]:
+    workers = series.get(("workers_memory_bytes", ()))
+    if not workers:
+        return []
+    limit = _last_mean(series.get(("workers_memory_limit_bytes", ())))
+    return [Panel(title, "bytes", [_memory_line("workers", workers, limit)])]
+
+
 def _tf_memory_panels(series: Buckets, title: str) -> list[Panel]:
     return [
         Panel(
@@ -245,6 +253,7 @@ def _upload_panels(series: Buckets, title: str) -> list[Panel]:
 _PANELS: dict[str, Callable[[Buckets, str], list[Panel]]] = {
     "step_seconds": _step_panels,
     "rss_bytes": _rss_panels,
+    "workers_memory_bytes": _workers_panels,
     "tf_allocator_current_bytes": _tf_memory_panels,
     "gpu_process_memory_bytes": _gpu_memory_panels,
     "event_file_bytes": _event_file_panels,
