@@ -974,7 +974,8 @@ def test_tf_allocator_memory_is_judged_against_its_device() -> None:
             )
             for i in range(100)
         ]
-        (finding,) = feed(default_detectors()[4], samples).findings
+        (detector,) = [d for d in default_detectors() if d.name == "tf_memory_drift"]
+        (finding,) = feed(detector, samples).findings
         return finding
 
     gpu = climbing("GPU:0", Sample("gpu_memory_total_bytes", 16.0 * GIB, T0, (("gpu", "0"),)))
