@@ -10,9 +10,10 @@ between two ``tf.timestamp`` ops on the CPU: the first runs before the ``Iterato
 an ``IdentityN`` op that waits for the second (otherwise the step's first ops, ready at the same
 moment, can run before it and count as wait). Their difference, and a batch, are added to a
 two-element float64 variable on the CPU (``AssignAddVariableOp``), which the hook reads at
-each probe (every 100 steps or 10 s) and adds to the same ``input_wait_seconds`` and
-``input_batches`` a custom loop's iterator patch fills: ``input_wait_share`` then follows as
-it does for custom loops. The per-step cost is those few ops in the graph, no host call.
+each probe (every 100 steps or 10 s; the first reading 12 steps in) and adds to the same
+``input_wait_seconds`` and ``input_batches`` a custom loop's iterator patch fills:
+``input_wait_share`` then follows as it does for custom loops. The per-step cost is those
+few ops in the graph, no host call.
 
 What the difference holds: the time the train function was blocked on the fetch, the op's
 hand-off to tf.data's thread and back included. The TF Profiler's ``IteratorGetNextOp::
@@ -85,10 +86,12 @@ class FitInputTimer:
         return tf.nest.pack_sequence_as(batch, flat)
 
     def report_to(self, hook: Hook) -> None:
-        """Have ``hook`` read the accumulated waits at each of its probes (once per hook)."""
+        """Have ``hook`` read the accumulated waits at each of its probes (once per hook),
+        its first reading within a dozen steps (``Hook.expect_input_wait``)."""
         if id(hook) not in self._hooks:
             self._hooks.add(id(hook))
             hook.check_at_probe(self.read)
+            hook.expect_input_wait()
 
     def read(self, hook: Hook) -> None:
         """Add the waits and batches timed since the last reading to ``hook``'s, each new
