@@ -79,18 +79,24 @@ class SlowBatches:
 def test_a_probe_sends_the_share_of_step_time_spent_waiting_for_input(tmp_path: Path) -> None:
     hook = Hook(channel_dir=str(tmp_path), probe_every_steps=10**9, probe_every_seconds=1e9)
     patch_iterator_next(SlowBatches, TrainStepRecognizer(hook))
-    batches = SlowBatches([0.03, 0.01, 0.02])
+    batches = SlowBatches([0.05, 0.03, 0.01])
     hook.probe()  # no batch timed yet (fit, or no tf.data): nothing sent, not 0
     hook.step_started(0.0)
     hook.step_ended(0.5)
-    batches._next_internal()
+    batches._next_internal()  # the first batch timed: the window starts 2 steps on
     hook.step_started(1.0)
     hook.step_ended(1.2)
-    batches._next_internal()
     hook.step_started(2.0)
-    hook.probe()  # two batches' waits over the two closed 1-s periods
-    waits = hook.input_waits[:2]
-    assert hook.input_batches == 2
+    hook.probe()  # starts the window at step 3 (the first, traced, step left out)
+    hook.step_ended(2.5)
+    batches._next_internal()
+    hook.step_started(3.0)
+    hook.step_ended(3.2)
+    batches._next_internal()
+    hook.step_started(4.0)
+    hook.probe()  # two batches' waits over the two 1-s periods closed since
+    waits = hook.input_waits[1:3]
+    assert hook.input_batches == 3
     assert waits[0] >= 0.03
     assert waits[1] >= 0.01
     hook.probe()  # nothing fetched since: nothing sent
@@ -103,4 +109,39 @@ def test_a_probe_sends_the_share_of_step_time_spent_waiting_for_input(tmp_path: 
     assert sent == [statistics.median(waits)]
     # Each wait came between two steps: input, not host work outside the step.
     gaps = [s.value for s in samples if s.series == "step_gap_seconds"]
-    assert gaps == pytest.approx([0.5 - waits[0], 0.8 - waits[1]])
+    first = hook.input_waits[0]
+    assert gaps == pytest.approx([0.5 - first, 0.8, 0.5 - waits[0], 0.8 - waits[1]])
+
+
+class FirstBatches:
+    """Another stand-in iterator (a class is patched once, for the recognizer it is given)."""
+
+    def _next_internal(self) -> None:
+        time.sleep(0.002)
+
+
+def test_input_waits_first_reading_leaves_the_traced_step_out_and_comes_within_ten_steps(
+    tmp_path: Path,
+) -> None:
+    """A custom loop probed every 100 steps; its first step (tracing) takes 5 s, the others
+    1 s; its first batch timed after step 1. Expected: the probe at step 3's end starts the
+    first window (the periods of steps 1 and 2 and their batches left out) and sends
+    nothing; the probe at step 13's end sends the first reading: the waits of the 10
+    batches fetched in periods 3 to 12 over their 10 s; the next reading at step 113."""
+    hook = Hook(channel_dir=str(tmp_path), probe_every_steps=100, probe_every_seconds=1e9)
+    patch_iterator_next(FirstBatches, TrainStepRecognizer(hook))
+    batches, probed_at = FirstBatches(), []
+    hook.check_at_probe(lambda probed: probed_at.append(probed.global_step))
+    for step in range(1, 120):
+        if step > 1:
+            batches._next_internal()
+        start = 0.0 if step == 1 else 5.0 + step - 2
+        hook.step_started(start)
+        hook.step_ended(start + 0.5)
+    assert probed_at == [3, 13, 113]
+    source = HookSource(channel_path(tmp_path, os.getpid(), psutil.Process().create_time()))
+    samples = source.sample(10.0)
+    source.close()
+    shares = [s.value for s in samples if s.series == "input_wait_share"]
+    assert len(shares) == 2
+    assert shares[0] == sum(hook.input_waits[2:12]) / 10.0

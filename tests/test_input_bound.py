@@ -317,13 +317,10 @@ def fit_shares(tmp_path: Path, *mode: str) -> tuple[str, list[float]]:
 
 @pytest.mark.tf
 @pytest.mark.paired
-def test_fit_waiting_on_a_slow_map_is_reported_input_bound_when_its_job_asks(
-    tmp_path: Path,
-) -> None:
+def test_fit_waiting_on_a_slow_map_is_reported_input_bound(tmp_path: Path) -> None:
     # Expected: as for the custom loop above, the 40-ms map outruns tf.data's prefetch and
-    # most of each step waits, timed inside fit's graph (driftwatch/hook/fit_input.py) where
-    # the job's environment asks for it: an input_bound warning, the wait named in the live
-    # line.
+    # most of each step waits, timed on a sample of fit's steps by default
+    # (driftwatch/hook/fit_input.py): an input_bound warning, the wait named in the live line.
     stdout, shares = fit_shares(tmp_path, "slow")
     assert_reported_input_bound(shares, tmp_path, stdout)
 

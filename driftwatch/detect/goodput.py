@@ -1,5 +1,6 @@
 """Goodput: where a run's wall time went, by phase, from the step records the sources already
-give (``step_seconds``, ``step_gap_seconds``) and the stall rule of the ``stalled`` finding.
+give (``step_seconds``, ``step_gap_seconds``), the hook's input-wait readings
+(``input_wait_share``) where it sends them, and the stall rule of the ``stalled`` finding.
 
 Pure, like the detectors: samples in, seconds per phase out, no clock of its own. The monitor
 stores its ``wall_seconds{phase}`` counters and ``goodput_ratio`` after each tick (so they are
@@ -25,14 +26,21 @@ from driftwatch.detect.stall_band import (
 from driftwatch.series import Sample
 from driftwatch.units import human_seconds
 
-PHASES = ("productive", "startup", "periodic_stall", "stalled", "host_overhead")
+PHASES = ("productive", "input_wait", "startup", "periodic_stall", "stalled", "host_overhead")
 """The phases wall time is split into, in the order they are shown."""
 STALL_STAMP_SECONDS = 1.0
 """Seconds of step records between two step times told to the stall rule: about as often as
 a live monitor reads the latest step (its usual interval between steps is the rule's)."""
-TAKEN_FIRST = ("productive", "host_overhead", "periodic_stall", "startup", "stalled")
-"""Phases that give back time first when a provisional reading (a stall still going on)
-turns out longer than what the steps settle: the exported counters never go down."""
+TAKEN_FIRST = ("productive", "input_wait", "host_overhead", "periodic_stall", "startup", "stalled")
+"""Phases that give back time first when a provisional reading (a stall still going on, step
+time counted before an input-wait reading split it) turns out longer than what the steps
+settle: the exported counters never go down."""
+INPUT_WAIT_HOLD_SECONDS = 30.0
+"""Seconds of steps after the latest input-wait reading that are held for the next one to
+split; past them they are counted as they settled (three of the hook's 10-s probes)."""
+INPUT_WAIT_HOLD_READINGS = 3.0
+"""The same hold in intervals between the latest two readings, where that is longer (steps
+longer than a probe interval: one reading a step)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +98,17 @@ class _Record:
     steps: int
 
 
+@dataclass(slots=True)
+class _InputWindow:
+    """The time in steps settled since the latest input-wait reading (since the start before
+    the first), which the next reading splits: ``productive`` seconds, ``host`` seconds
+    outside the train step, and the ``periods`` (start to next start) they came from."""
+
+    productive: float = 0.0
+    host: float = 0.0
+    periods: float = 0.0
+
+
 class GoodputAccount:
     """Splits the wall time from ``started`` (None: the first sample observed) into
     ``PHASES`` as step records come.
@@ -109,9 +128,22 @@ class GoodputAccount:
     the next one; until then only a stall the rule already calls one is counted; once the
     run has ended, the time after its last step is host overhead (evaluation, saving,
     exiting).
+
+    Where the hook sends ``input_wait_share`` (the share of the step periods since its
+    previous reading spent waiting for the next batch), each reading splits the time in
+    steps settled since the previous one (since the start, for the first): that share of
+    their periods is ``input_wait``, taken from their productive time, never more than it
+    (the hook counts the wait inside the step, a custom loop's as fit's). From the first
+    reading on, that time is held until the next reading splits it, so that no counter
+    shows it productive first; steps
+    that go on past ``INPUT_WAIT_HOLD_SECONDS`` (or ``INPUT_WAIT_HOLD_READINGS`` intervals
+    between readings) after the latest reading with none new are counted as they settled,
+    and the latest reading splits what is held when the run ends.
     """
 
-    series = frozenset({"step_seconds", "step_gap_seconds", "validation_seconds"})
+    series = frozenset(
+        {"step_seconds", "step_gap_seconds", "validation_seconds", "input_wait_share"}
+    )
 
     def __init__(self, started: float | None = None) -> None:
         self._start = math.nan if started is None else started
@@ -127,6 +159,11 @@ class GoodputAccount:
         self._band = StallBand()
         self._stall = StallDetector()  # fed the records' ends: its rule, on step records
         self._stall_fed = -math.inf  # the latest record end it was fed
+        self._window = _InputWindow()
+        self._held = False  # the window is not in ``_settled``: the next reading splits it
+        self._share = math.nan  # the latest input-wait reading, at ``_share_at``
+        self._share_at = math.nan
+        self._share_every = 0.0  # seconds between the latest two readings
 
     # -- input ---------------------------------------------------------------------------
 
@@ -144,6 +181,8 @@ class GoodputAccount:
                 self._open = None
         elif sample.series == "validation_seconds":
             self._stall.observe(sample)
+        elif sample.series == "input_wait_share":
+            self._read_input_wait(sample.value, sample.t)
 
     def _close_open(self) -> None:
         """The step record waiting for its gap has none (event files give none)."""
@@ -156,6 +195,7 @@ class GoodputAccount:
         self._band.add(step, t, interval)
         steps = self._chained_steps(interval, step)
         self._seen = True
+        self._release_late(t)
         if t <= self._settled_at:  # before watching began, or out of order: not counted
             self._startup_over = True  # the run was training before it was watched
             self._end = max(self._end, t) if math.isfinite(self._end) else t
@@ -221,13 +261,54 @@ class GoodputAccount:
         the train step (``gap_share`` of the period); a pause in the period is taken from
         that time first (a checkpoint or a slow callback runs outside the step)."""
         host = min(work, max(0.0, period * gap_share - (period - work)))
-        self._settled["host_overhead"] += host
-        self._settled["productive"] += work - host
+        window = self._window
+        window.productive += work - host
+        window.host += host
+        window.periods += period
+        if not self._held:
+            self._settled["host_overhead"] += host
+            self._settled["productive"] += work - host
 
     def _pause_phase(self, end: float) -> str:
         self._stall_sync()
         stalled = self._stall.evaluate(end).findings or self._exported_past("stalled")
         return "stalled" if stalled else "periodic_stall"
+
+    # -- input wait ----------------------------------------------------------------------
+
+    def _read_input_wait(self, share: float, t: float) -> None:
+        """A reading: ``share`` of the step periods since the previous one waited for input."""
+        if not 0 <= share <= 1:
+            return
+        self._split_window(share)
+        if math.isfinite(self._share_at):
+            self._share_every = t - self._share_at
+        self._share, self._share_at, self._held = share, t, True
+
+    def _split_window(self, share: float) -> None:
+        """Move ``share`` of the window's periods to ``input_wait``, from its productive
+        time, never more than that: the hook counts the wait inside the step, a custom
+        loop's fetch between two steps as fit's inside its train function."""
+        window, settled = self._window, self._settled
+        if self._held:
+            self._count_window()
+        wait = min(share * window.periods, window.productive)
+        settled["productive"] -= wait
+        settled["input_wait"] += wait
+        self._window = _InputWindow()
+
+    def _release_late(self, t: float) -> None:
+        """Count the held window as it settled once steps that end at ``t`` have gone on
+        past the hold with no new reading (the source stopped sending them)."""
+        if self._held and t - self._share_at > max(
+            INPUT_WAIT_HOLD_SECONDS, INPUT_WAIT_HOLD_READINGS * self._share_every
+        ):
+            self._count_window()
+
+    def _count_window(self) -> None:
+        self._settled["productive"] += self._window.productive
+        self._settled["host_overhead"] += self._window.host
+        self._held = False
 
     def _exported_past(self, phase: str) -> bool:
         """Whether more of ``phase`` was exported than is settled: a provisional reading."""
@@ -246,6 +327,8 @@ class GoodputAccount:
         stalled = bool(self._stall.evaluate(now).findings)
         if self._first is not None and (final or stalled):  # no next record will come soon
             self._settle_first(self._first, typical=self._first.step)
+        if final and self._held:  # no next reading: the latest splits what is held
+            self._split_window(self._share)
         seconds = dict(self._settled)
         open_span = now - self._settled_at
         if open_span > 0 and self._first is None:

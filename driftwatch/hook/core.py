@@ -36,6 +36,12 @@ log = logging.getLogger(__name__)
 
 INPUT_WAITS_KEPT = 128
 """Newest batches whose waits the hook keeps, for the median a probe sends (batches)."""
+INPUT_START_STEPS = 2
+"""Steps from when batches start being timed to the probe that starts input wait's first
+window: past the step under way and the next (the first traces the train step)."""
+FIRST_INPUT_READING_STEPS = 10
+"""Steps from that probe to the one that sends input wait's first reading, where the regular
+probe would come later (goodput splits the steps' time by the readings)."""
 
 
 @functools.cache
@@ -117,6 +123,7 @@ class Hook:
         self.input_batches = 0
         self.input_waits = [0.0] * INPUT_WAITS_KEPT  # the newest batches' waits, a ring
         self._input_mark = (0.0, 0, 0.0)  # input_wait_seconds, input_batches, periods: last sent
+        self._input_start_step = -1  # the step from which a probe starts the first window
         self._idle_since = math.nan
         self._next_probe_step = probe_every_steps
         self._next_probe_time = self._perf0 + probe_every_seconds
@@ -283,10 +290,30 @@ class Hook:
         self.input_wait_seconds += seconds
         self.input_batches = first + batches
 
+    def expect_input_wait(self) -> None:
+        """Batches are timed from now: a probe ``INPUT_START_STEPS`` on starts the first
+        window (leaving the first, traced, step out of it), and one
+        ``FIRST_INPUT_READING_STEPS`` after that sends the first reading, rather than a
+        whole probe interval later (goodput holds step time for the readings to split)."""
+        self._input_start_step = self.global_step + INPUT_START_STEPS
+        self._next_probe_step = min(self._next_probe_step, self._input_start_step)
+
+    def _start_input_window(self) -> None:
+        """At a probe: the first window starts here once its step has come (none sent)."""
+        if self.global_step >= self._input_start_step:
+            self._input_start_step = -1
+            self._input_mark = (self.input_wait_seconds, self.input_batches, self._periods_seconds)
+            self._next_probe_step = min(
+                self._next_probe_step, self.global_step + FIRST_INPUT_READING_STEPS
+            )
+
     def _send_input_wait(self) -> None:
         """The share of the periods closed since the last reading spent waiting for input,
         and the median batch's wait, if batches were fetched in them (nothing when no
         fetch is timed, as under fit with several steps per execution)."""
+        if self._input_start_step >= 0:
+            self._start_input_window()
+            return
         wait0, batches0, periods0 = self._input_mark
         periods = self._periods_seconds
         if self.input_batches == batches0 or periods <= periods0:

@@ -309,6 +309,8 @@ def patch_iterator_next(iterator_class: Any, state: TrainStepRecognizer) -> None
         hook = state.hook
         if hook is None or state.busy:
             return original(self)
+        if not hook.input_batches:  # the first batch timed
+            hook.expect_input_wait()
         start = clock()
         try:
             return original(self)

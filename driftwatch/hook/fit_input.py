@@ -82,6 +82,7 @@ class FitInputSampler:
         self._random = random.Random()
         self._sampled = (hook.global_step, math.nan)  # the previous sample: step, clock
         self.next_step: float = hook.global_step + FIRST_SAMPLED_STEP
+        hook.expect_input_wait()  # the first reading within a dozen steps, not 100
 
     def _timed_fetch(self, iterator: Any) -> tuple[Any, Any]:
         """The next batch of ``iterator``, and the seconds its fetch op waited (traced)."""

@@ -96,6 +96,7 @@ def render(report: Report) -> str:
 
 GOODPUT_COLOURS = {
     "productive": "#0f766e",
+    "input_wait": "#7c3aed",
     "startup": "#9ca3af",
     "periodic_stall": "#2563eb",
     "stalled": "#dc2626",

@@ -8,10 +8,11 @@ from driftwatch.series.spec import MetricType, SeriesSpec
 GOODPUT: dict[str, SeriesSpec] = {
     "wall_seconds": SeriesSpec(
         "driftwatch_wall_seconds_total",
-        "Wall time of the run watched, by phase: productive (in train steps), startup (until "
-        "the first step), periodic_stall (checkpoints, validation, other pauses), stalled (no "
+        "Wall time of the run watched, by phase: productive (in train steps), input_wait "
+        "(waiting for the input pipeline, where the hook measures it), startup (until the "
+        "first step), periodic_stall (checkpoints, validation, other pauses), stalled (no "
         "step for longer than the stall limit), host_overhead (between steps: callbacks, "
-        "input, host work). Counted as steps settle it.",
+        "host work, input wait not measured). Counted as steps settle it.",
         MetricType.COUNTER,
         label_names=("phase",),
     ),

@@ -38,13 +38,13 @@ TRAINING: dict[str, SeriesSpec] = {
     ),
     "step_gap_seconds": SeriesSpec(
         "driftwatch_step_gap_seconds",
-        "Median seconds per step spent outside the train step (callbacks, input, host work).",
+        "Median seconds per step spent outside the train step (callbacks, host work).",
         export=Export.RECENT_MEDIAN,
     ),
     "input_wait_share": SeriesSpec(
         "driftwatch_input_wait_ratio",
         "Share of step time the job spent waiting for its next batch from tf.data, over the "
-        "hook's steps since its previous probe (custom loops; fit where the job asks for it).",
+        "hook's steps since its previous probe (custom loops; fit, evaluate, predict).",
     ),
     "input_wait_batch_seconds": SeriesSpec(
         "driftwatch_input_wait_batch_seconds",

@@ -237,10 +237,13 @@ def _goodput_rows(r: _Reader, label: str) -> list[Row]:
     if breakdown is None or not math.isfinite(breakdown.ratio):
         return []
     productive = human_seconds(breakdown.seconds["productive"])
+    waited = breakdown.seconds["input_wait"]
+    input_wait = f"; {human_seconds(waited)} waiting for input" if waited > 0 else ""
     return [
         (
             label,
-            f"{breakdown.ratio:.0%} ({productive} in steps of {human_seconds(breakdown.total)})",
+            f"{breakdown.ratio:.0%} ({productive} in steps of {human_seconds(breakdown.total)}"
+            f"{input_wait})",
         )
     ]
 
