@@ -2,7 +2,8 @@
 and the classes of a host-memory leak.
 
 ``CAUSES`` is the table (a name, a title, what it means, the fix); ``RankedCause`` is one
-cause as a finding carries it, with its score and the numbers that moved. The ranking itself
+cause as a finding carries it, with its score and the numbers that moved; ``USUAL_CAUSES``
+is what a slowdown says instead when no measured signal moved with it. The ranking itself
 lives in ``driftwatch.detect.causes.ranker``; how co-moving is judged: docs/detectors.md, "Causes".
 ``LEAK_CLASSES`` is the table of leak classes (a name, a title, what the signals show, the
 fix), told apart by ``driftwatch.detect.memory.host``; ``UNKNOWN_LEAK_CLASS`` says why a
@@ -93,6 +94,22 @@ CAUSES: dict[str, CauseSpec] = {
     ),
 }
 """Every cause a slowdown or stall can be given, in the order ties are ranked."""
+
+USUAL_CAUSES: dict[str, str] = {
+    "gradual_slowdown": (
+        "Its usual causes: an input pipeline or cache that degrades, growing Python-side state "
+        "per step (lists, metrics, summaries), retracing, memory pressure or thermal "
+        "throttling. Compare a py-spy or TF Profiler trace of the slow steps with one from "
+        "before they slowed."
+    ),
+    "abrupt_slowdown": (
+        "Look at what changed then: a new data shard or augmentation, a learning-rate or "
+        "mixed-precision switch, another job on the same device or host, a throttled disk or "
+        "network."
+    ),
+}
+"""The usual causes a slowdown's message lists, by its kind, after saying that no measured
+signal moved with it."""
 
 
 @dataclass(frozen=True, slots=True)

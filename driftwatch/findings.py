@@ -47,6 +47,9 @@ KINDS: dict[str, KindSpec] = {
     "host_memory_drift": KindSpec(
         "Host memory drift", Severity.WARNING, "driftwatchhostmemorydrift"
     ),
+    "worker_memory_drift": KindSpec(
+        "Worker processes' memory drift", Severity.WARNING, "driftwatchworkermemorydrift"
+    ),
     "tf_memory_drift": KindSpec(
         "TensorFlow allocator memory drift", Severity.WARNING, "driftwatchtfmemorydrift"
     ),
@@ -72,6 +75,11 @@ KINDS: dict[str, KindSpec] = {
 }
 """Every kind of finding driftwatch reports: the detectors' and ``analyze``'s own."""
 
+JUDGED_AT_END = "judged_at_end"
+"""Evidence field of a finding a run's end judged over data no live window could (its value
+says over what)."""
+WHOLE_RUN = "whole run"
+"""``JUDGED_AT_END`` of a finding judged over all of the run."""
 CAPTURE_EVIDENCE = "capture_"
 """Prefix of the evidence fields that name captured evidence (paths: never news by
 themselves, see ``Finding.diagnosis``)."""

@@ -58,3 +58,25 @@ def parse_duration(text: str) -> float:
 def local_time(t: float) -> str:
     """The local date and time of a unix time, ``2025-06-01 14:03:27``."""
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def local_clock(t: float, day_of: float) -> str:
+    """The local time of a unix time, ``14:03:27``, with its date first where it is not the
+    day of ``day_of`` (``2025-06-02 00:03:27``)."""
+    local = time.localtime(t)
+    if local[:3] == time.localtime(day_of)[:3]:
+        return time.strftime("%H:%M:%S", local)
+    return local_time(t)
+
+
+RATE_UNITS = ((3600.0, "h", "hour"), (60.0, "min", "minute"), (1.0, "s", "second"))
+"""The units a rate is stated in: seconds in each, its symbol and its name."""
+
+
+def rate_unit(span: float) -> tuple[float, str, str]:
+    """The unit to state a rate seen over ``span`` seconds in: the longest that fits in the
+    span, so that a few minutes' trend is not stated as thousands of percent an hour."""
+    for unit in RATE_UNITS:
+        if span >= unit[0]:
+            return unit
+    return RATE_UNITS[-1]

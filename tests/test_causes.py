@@ -15,7 +15,7 @@ import subprocess
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from driftwatch.causes import CAUSES, RankedCause, cause_line
+from driftwatch.causes import CAUSES, USUAL_CAUSES, RankedCause, cause_line
 from driftwatch.detect import Engine
 from driftwatch.detect.catalog import default_detectors, default_engine
 from driftwatch.detect.causes.ranker import CauseRanker
@@ -61,7 +61,7 @@ def test_an_input_wait_share_that_rises_is_the_top_cause_with_its_numbers() -> N
     assert top.numbers["input_wait_share_before"] == pytest.approx(0.03)
     assert top.numbers["input_wait_share_after"] == pytest.approx(0.40)
     assert top.score == pytest.approx(7.4)
-    assert "point to waiting for input (input wait share 3% -> 40%)" in found.message
+    assert "point to waiting for input (input wait share 3% -> 40%, " in found.message
 
 
 def test_an_input_wait_share_is_averaged_over_time_not_per_reading() -> None:
@@ -81,12 +81,23 @@ def test_an_input_wait_share_is_averaged_over_time_not_per_reading() -> None:
     assert numbers["input_wait_share_after"] == pytest.approx(0.88, abs=0.01)
 
 
-def test_a_finding_of_another_kind_and_a_run_with_nothing_moving_stay_as_they_were() -> None:
+def test_a_finding_of_another_kind_stays_as_it_was_and_a_quiet_slowdown_says_nothing_moved() -> (
+    None
+):
+    # Expected: the job's CPU time flat at 0.9 cores all along: no cause. The leak is left as
+    # it was; the slowdown's message says that no measured signal moved with it, then lists
+    # the usual causes of an abrupt slowdown.
     ranker = CauseRanker()
     feed(ranker, [Sample("cpu_seconds", 0.9 * t, float(t)) for t in range(300)])
     leak = Finding("host_memory_drift", Severity.WARNING, 100.0, "RSS grows.", {})
     quiet = slowdown(150.0)
-    assert ranker.annotate([leak, quiet], 300.0) == [leak, quiet]
+    annotated = ranker.annotate([leak, quiet], 300.0)
+    assert annotated[0] == leak
+    assert annotated[1].causes == ()
+    said = annotated[1].message
+    assert said.startswith("steps became slower. No measured signal moved with it. ")
+    assert said.endswith(USUAL_CAUSES["abrupt_slowdown"])
+    assert "a new data shard" in said
 
 
 def test_stalls_are_compared_with_the_time_between_them() -> None:

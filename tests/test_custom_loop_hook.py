@@ -227,11 +227,11 @@ print("RESULT", json.dumps({
 """
 
 
-def run_with_autolog(program: str, tmp_path: Path) -> dict[str, Any]:
-    """Run ``program`` with the autolog installed, as ``driftwatch run`` injects it; what the
-    recognizer made of it."""
+def run_with_autolog(program: str, tmp_path: Path, reporter: str = REPORT) -> dict[str, Any]:
+    """Run ``program`` with the autolog installed, as ``driftwatch run`` injects it; what
+    ``reporter`` prints of it (by default what the recognizer made of it)."""
     script = "from driftwatch.hook.autolog import install\ninstall()\nimport json\n"
-    script += program + REPORT
+    script += program + reporter
     result = subprocess.run(
         [sys.executable, "-c", script],
         capture_output=True,
@@ -244,6 +244,34 @@ def run_with_autolog(program: str, tmp_path: Path) -> dict[str, Any]:
     (line,) = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
     report: dict[str, Any] = json.loads(line.removeprefix("RESULT "))
     return report
+
+
+def test_an_inference_job_of_predict_and_evaluate_calls_is_timed_by_their_callback(
+    tmp_path: Path,
+) -> None:
+    # Expected: with no fit at all, each predict and evaluate call gets the callback, whose
+    # steps are their batches (3 predicts of 10 batches, an evaluate of 5); the custom-loop
+    # recognizer, which would see their step functions' calls, counts none of them.
+    program = """
+import numpy as np
+import keras
+from driftwatch.hook import core
+model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+model.compile(loss="mse")
+x = np.zeros((80, 8), "float32")
+for _ in range(3):
+    model.predict(x, batch_size=8, verbose=0)
+model.evaluate(x, x[:, :1], batch_size=16, verbose=0)
+"""
+    reporter = """
+from driftwatch.hook import custom_loop
+print("RESULT", json.dumps({
+    "callback_steps": core._shared.global_step,
+    "recognised": custom_loop.recognizer().hook is not None,
+}))
+"""
+    seen = run_with_autolog(program, tmp_path, reporter)
+    assert seen == {"callback_steps": 35, "recognised": False}
 
 
 def test_a_step_made_anew_every_iteration_stays_the_step_and_counts_as_retracing(

@@ -157,7 +157,8 @@ def test_fit_trains_the_same_when_every_fetch_is_timed(
     records, meta = read_channel(channel_dir)
     assert values_of(records, meta, "tracing_count")[-1] == 0
     shares = values_of(records, meta, "input_wait_share")
-    assert shares and all(0 <= share <= 1 for share in shares)
+    assert shares
+    assert all(0 <= share <= 1 for share in shares)
 
 
 def test_steps_per_execution(channel_dir: Path) -> None:
@@ -205,7 +206,41 @@ def test_callbacks_of_several_fits_share_one_hook(channel_dir: Path) -> None:
     model.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[second])
     assert second.hook is first.hook
     assert first.hook.global_step == 10
-    assert model.train_function.__name__ != "timed_train_function"  # unwrapped after fit
+    assert model.train_function.__name__ != "timed_step_function"  # unwrapped after fit
+
+
+@pytest.mark.parametrize("loop", ["evaluate", "predict"])
+def test_evaluate_or_predict_run_on_their_own_are_timed_step_by_step(
+    channel_dir: Path, loop: str
+) -> None:
+    # An evaluation or inference job has no fit: its own loop's steps are the job's steps,
+    # each period start to start, its input wait measured, its step function given back.
+    x, y = data(batches=12)
+    model = small_model()
+    callback = DriftwatchCallback(channel_dir=str(channel_dir), probe_every_steps=5)
+    if loop == "evaluate":
+        model.evaluate(x, y, batch_size=8, verbose=0, callbacks=[callback])
+    else:
+        model.predict(x, batch_size=8, verbose=0, callbacks=[callback])
+    assert callback.hook.global_step == 12
+    records, meta = read_channel(channel_dir)
+    steps = [r for r in records if r.kind == RecordKind.STEP]
+    assert [r.key for r in steps] == list(range(1, 12))  # the last period stays open
+    assert all(0 < r.a < 60 and 0 <= r.b < r.a for r in steps)
+    shares = values_of(records, meta, "input_wait_share")
+    assert shares
+    assert all(0 <= share <= 1 for share in shares)
+    function = model.test_function if loop == "evaluate" else model.predict_function
+    assert function.__name__ not in ("timed_step_function", "timed_predict_function")
+
+
+def test_validation_inside_fit_is_not_timed_as_evaluate_steps(channel_dir: Path) -> None:
+    x, y = data(batches=10)
+    callback = DriftwatchCallback(channel_dir=str(channel_dir))
+    model = small_model()
+    model.fit(x, y, batch_size=8, epochs=2, verbose=0, validation_split=0.5, callbacks=[callback])
+    assert callback.hook.global_step == 2 * 5  # the training batches only
+    assert model.test_function.__name__ != "timed_step_function"
 
 
 def test_custom_loop_hook(channel_dir: Path) -> None:

@@ -1,6 +1,7 @@
 """The wheel stands on its own: built from this tree and installed into a fresh virtual
 environment, away from any checkout, its ``driftwatch demo`` lists and runs the examples, and
-its plain install brings the stack dumps and NVML.
+its plain install brings the stack dumps and NVML: a slowing job's finding names a stack dump
+that its own py-spy took.
 
 The fresh environment gets the wheel alone (``--no-deps``); for its third-party packages
 (TensorFlow among them) a ``.pth`` file puts this environment's site-packages after its own.
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import sysconfig
 import threading
+import time
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
@@ -27,13 +29,24 @@ from pathlib import Path
 import pytest
 
 from driftwatch.commands.demo import examples
+from driftwatch.errors import HistoryError
+from driftwatch.history.reader import HistoryReader
 from tests.conftest import EXAMPLES, REPO, TF_ENV
+from tests.jobs import ONE_THREAD, STOPPED, stop_job
+from tests.test_capture_e2e import SLOWDOWNS
 from tests.test_run import as_from_a_terminal
 
 BUILT_FROM = ("pyproject.toml", "README.md", "driftwatch")
 """What the build reads: copied to a scratch directory, so the checkout gets no build/."""
 DEMO_DEADLINE = 150.0
 """Seconds the demo may take to start its example, show steps and stop."""
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+"""The ``PATH`` the fresh environment's commands get: the system's directories, none of this
+environment's, so that a py-spy they find is the fresh environment's own."""
+SLOW_AFTER_SECONDS = 30.0
+"""When the slowing job's steps slow down, after its first (``--slow-after-seconds``)."""
+SLOWDOWN_DEADLINE = 150.0
+"""Seconds the slowing job may take to start, slow down and have its stacks dumped."""
 
 
 @dataclass(frozen=True)
@@ -65,7 +78,8 @@ def fresh_env() -> dict[str, str]:
     """This environment, without anything that would lead Python back to the checkout."""
     dropped = {"PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV"}
     env = {name: value for name, value in os.environ.items() if name not in dropped}
-    return {**env, **TF_ENV, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
+    quiet = {"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
+    return {**env, **TF_ENV, **quiet, "PATH": SYSTEM_PATH}
 
 
 @pytest.fixture(scope="module")
@@ -177,10 +191,21 @@ def test_the_wheel_runs_an_example_under_the_demo(installed: Installed, tmp_path
     assert str(example) in Path(paths["report"]).read_text(encoding="utf-8")
 
 
-def test_the_plain_install_brings_stack_dumps_and_nvml(installed: Installed) -> None:
+@pytest.fixture(scope="module")
+def plain_install(installed: Installed) -> Installed:
+    """The fresh environment with py-spy and nvidia-ml-py installed into it as pip installs
+    them, anew even though this environment, on its path, has them."""
+    pip: list[str | Path] = [sys.executable, "-m", "pip", "--python", installed.python]
+    run([*pip, "install", "--no-deps", "--ignore-installed", "py-spy", "nvidia-ml-py"])
+    return installed
+
+
+def test_the_plain_install_brings_stack_dumps_and_nvml(plain_install: Installed) -> None:
     # Expected: py-spy and nvidia-ml-py are requirements of the wheel itself, not of an
     # extra; installed as pip installs them, doctor finds py-spy beside the environment's
-    # Python and NVML's module (this machine has no driver: the library is what is missing).
+    # Python (not on the system's PATH) and NVML's module (this machine has no driver: the
+    # library is what is missing).
+    installed = plain_install
     (metadata,) = installed.site.glob("driftwatch-*.dist-info/METADATA")
     required = {
         re.split(r"[<>=!~;\s]", line.removeprefix("Requires-Dist:").strip())[0].lower()
@@ -188,10 +213,131 @@ def test_the_plain_install_brings_stack_dumps_and_nvml(installed: Installed) -> 
         if line.startswith("Requires-Dist:") and "extra ==" not in line
     }
     assert {"py-spy", "nvidia-ml-py"} <= required, required
-    pip: list[str | Path] = [sys.executable, "-m", "pip", "--python", installed.python]
-    # Installed anew even though the checkout's environment, on its path, has them.
-    run([*pip, "install", "--no-deps", "--ignore-installed", "py-spy", "nvidia-ml-py"])
+    assert shutil.which("py-spy", path=SYSTEM_PATH) is None  # only the environment's is found
     doctor = run([installed.driftwatch, "doctor"], cwd=installed.home, env=fresh_env())
     lines = {line.split()[1]: line for line in doctor.stdout.splitlines()}
-    assert lines["py-spy"].startswith("ok"), lines["py-spy"]
+    beside = installed.python.parent / "py-spy"
+    assert lines["py-spy"].startswith(f"ok  py-spy      {beside}:"), lines["py-spy"]
     assert "not installed" not in lines["nvml"], lines["nvml"]
+    probe = "import pynvml; print(pynvml.__file__)"
+    nvml = run([installed.python, "-c", probe], cwd=installed.home, env=fresh_env()).stdout
+    assert Path(nvml.strip()).is_relative_to(installed.site), nvml  # the environment's own
+
+
+def stacks_named(db: Path) -> tuple[str, str] | None:
+    """The latest run's slowdown finding in the history ``db`` that names its stack dump:
+    its kind and the dump's path; None while there is none. Fails the test when the finding
+    says why the dump could not be made."""
+    try:
+        reader = HistoryReader(db)
+    except HistoryError:
+        return None  # not written yet
+    try:
+        runs = reader.runs()
+        findings = reader.findings(runs[0].id) if runs else []
+    finally:
+        reader.close()
+    for finding in findings:
+        if finding.kind not in SLOWDOWNS:
+            continue
+        error = finding.evidence.get("capture_stack_error")
+        assert error is None, f"{finding.kind}: {error}"
+        stack = finding.evidence.get("capture_stack")
+        if stack is not None:
+            return finding.kind, str(stack)
+    return None
+
+
+def run_until_stacks_named(installed: Installed, job: list[str], root: Path) -> tuple[str, str]:
+    """``job`` under the fresh environment's ``driftwatch run``, its history in
+    ``root/history.db``, until that history's slowdown finding names a stack dump; then the
+    job gets SIGTERM, as a scheduler stops one. The finding's kind and the dump's path."""
+    db, findings = root / "history.db", root / "findings.jsonl"
+    command = [str(installed.driftwatch), "run", "--listen", "127.0.0.1:0", "--db", str(db)]
+    command += ["--findings", str(findings), "--", *job]
+    deadline = time.monotonic() + SLOWDOWN_DEADLINE
+    named: tuple[str, str] | None = None
+    err = root / "stderr.txt"
+    with (
+        (root / "stdout.txt").open("w") as stdout,
+        err.open("w") as stderr,
+        subprocess.Popen(
+            command,
+            cwd=installed.home,
+            env={**fresh_env(), **ONE_THREAD},  # the job keeps to one core
+            stdout=stdout,
+            stderr=stderr,
+        ) as driftwatch,
+    ):
+        try:
+            while driftwatch.poll() is None and named is None:
+                assert time.monotonic() < deadline, f"no stack dump named in {SLOWDOWN_DEADLINE} s"
+                time.sleep(0.5)
+                named = stacks_named(db)
+        finally:
+            # Stopped whether the test goes on or fails here: no job is left behind.
+            stopped = stop_job(driftwatch.pid, job)
+            try:
+                driftwatch.wait(timeout=60)
+            finally:
+                if driftwatch.poll() is None:
+                    driftwatch.kill()
+    reported = findings.read_text() if findings.exists() else ""
+    said = f"{err.read_text()[-3000:]}\nfindings:\n{reported[-3000:]}"
+    assert named is not None, said  # driftwatch ended before a dump was named
+    assert stopped, said  # the job was still running
+    assert driftwatch.returncode == STOPPED, said  # the job's status, as driftwatch passes it
+    assert "Traceback" not in said, said
+    return named
+
+
+@pytest.mark.tf
+@pytest.mark.paired  # any slowdown will do: a neighbour's only brings one sooner
+def test_a_slowing_job_under_the_wheel_leaves_its_stacks_dumped_by_the_wheels_py_spy(
+    plain_install: Installed, tmp_path: Path
+) -> None:
+    """The wheel's copy of ``train_keras.py``, its steps 10 ms slower (a few times their
+    time) 30 s after its first, under the wheel's ``driftwatch run`` with its default flags
+    (``--listen`` on a free port, ``--db`` and ``--findings`` in the test's directory) and
+    the system's PATH, so the only py-spy it can find is the one pip put beside the fresh
+    environment's Python; until the history's slowdown finding names its stack dump (on a
+    busy host the host's own slowdown may come first: its dump is judged the same)."""
+    installed = plain_install
+    example = installed.site / "driftwatch" / "examples" / "train_keras.py"
+    job = [str(installed.python), str(example), "--logdir", str(tmp_path / "logs")]
+    job += ["--epochs", "100000", "--seconds", f"{SLOWDOWN_DEADLINE:g}"]  # ends by itself
+    job += ["--slow-after-seconds", f"{SLOW_AFTER_SECONDS:g}", "--slow-seconds", "0.01"]
+    kind, stack = run_until_stacks_named(installed, job, tmp_path)
+
+    # Expected: the report of the wheel's driftwatch names the same dump, and it exists,
+    # private, beside the history; it holds the job's Python stacks: py-spy's header with
+    # the job's PID and command line (the wheel's copy of the example), and its main
+    # thread's frames: the script's main, the hook's wrapper of fit (the job is hooked) and
+    # Keras's fit (where the job spends its time; the callback that slows each step may or
+    # may not be caught in it).
+    report = json.loads(
+        run(
+            [installed.driftwatch, "report", "--json", "--db", tmp_path / "history.db"],
+            cwd=installed.home,
+            env=fresh_env(),
+        ).stdout
+    )
+    slowdown = next(f for f in report["findings"] if f["kind"] == kind)
+    assert slowdown["evidence"]["capture_stack"] == stack
+    listed = [c for c in report["captures"] if c["what"] == "stack" and c["label"] == kind]
+    assert [c["path"] for c in listed] == [stack], report["captures"]
+    dump = Path(stack)
+    assert dump.is_relative_to(tmp_path / "history.captures"), dump
+    assert dump.is_file(), f"{dump} was never written"
+    assert dump.stat().st_mode & 0o777 == 0o600
+    text = dump.read_text(encoding="utf-8")
+    pid = report["run"]["pid"]
+    header = text.splitlines()[0]
+    assert header.startswith(f"Process {pid}: {' '.join(job)}"), text[:2000]
+    assert re.search(r'^Thread \S+ \([^)]*\): "MainThread"$', text, re.MULTILINE), text[:2000]
+    for frame in (
+        r"\w+\.fit \(keras/src/[\w/]+\.py:\d+\)",
+        r"patch_fit\.<locals>\.fit \(driftwatch/hook/autolog\.py:\d+\)",
+        r"main \(train_keras\.py:\d+\)",
+    ):
+        assert re.search(rf"^\s+{frame}$", text, re.MULTILINE), f"{frame}:\n{text[:3000]}"

@@ -10,15 +10,18 @@ from driftwatch.detect.growth import growth_detectors
 from driftwatch.detect.input_bound import InputBoundDetector
 from driftwatch.detect.memory.drift import AllocatorMemoryDetector, MemoryDriftDetector
 from driftwatch.detect.memory.host import HostMemoryDetector
+from driftwatch.detect.memory.workers import WorkerMemoryDetector
 from driftwatch.detect.periodic_stalls import PeriodicStallDetector
 from driftwatch.detect.slow_callbacks import SlowCallbackDetector
 from driftwatch.detect.slowdown.live import SlowdownDetector
 
 
 def memory_detectors() -> list[Detector]:
-    """Host RSS, TensorFlow allocator and GPU process memory drift detectors."""
+    """Host RSS, worker processes', TensorFlow allocator and GPU process memory drift
+    detectors."""
     return [
         HostMemoryDetector(),
+        WorkerMemoryDetector(),
         AllocatorMemoryDetector(),
         MemoryDriftDetector(
             "gpu_process_memory_bytes",

@@ -11,7 +11,7 @@ import numpy as np
 
 from driftwatch.detect import Detector, Evaluation
 from driftwatch.detect.windows import WindowMeans
-from driftwatch.findings import KINDS, Finding
+from driftwatch.findings import JUDGED_AT_END, KINDS, WHOLE_RUN, Finding
 from driftwatch.series import Sample
 from driftwatch.units import MIB, clock, human_bytes, human_seconds
 
@@ -227,7 +227,7 @@ class UnrotatedEventFileDetector:
             "window_seconds": scale.width,
         }
         if ended:
-            evidence["judged_at_end"] = "whole run"
+            evidence[JUDGED_AT_END] = WHOLE_RUN
         kind = "event_file_unrotated"
         finding = Finding(kind, KINDS[kind].severity, since, message, evidence)
         return Evaluation(score, (finding,))

@@ -1,5 +1,5 @@
-"""Zero-code injection: add ``DriftwatchCallback`` to every ``keras.Model.fit``, and time the
-train step of custom training loops.
+"""Zero-code injection: add ``DriftwatchCallback`` to every ``keras.Model.fit`` (and
+``evaluate`` and ``predict``), and time the train step of custom training loops.
 
 ``driftwatch run`` puts ``driftwatch/hook/inject`` on the child's ``PYTHONPATH``; its
 ``sitecustomize`` calls ``install()``, which waits for the job to import Keras and TensorFlow
@@ -28,33 +28,48 @@ log = logging.getLogger(__name__)
 _PATCHED = "__driftwatch_patched__"
 
 
-def patch_fit(model_class: Any) -> None:
-    """Wrap ``model_class.fit`` so it always runs with a ``DriftwatchCallback`` first."""
-    original = model_class.fit
+LOOPS = ("fit", "evaluate", "predict")
+"""The ``keras.Model`` methods that run a loop of steps, each given a ``DriftwatchCallback``."""
+
+
+def patch_loops(model_class: Any) -> None:
+    """Wrap ``model_class.fit``, ``evaluate`` and ``predict`` so they always run with a
+    ``DriftwatchCallback`` first."""
+    for name in LOOPS:
+        patch_loop(model_class, name)
+
+
+def patch_loop(model_class: Any, name: str) -> None:
+    """Wrap ``model_class``'s loop method ``name`` so it runs with a ``DriftwatchCallback``
+    first (a loop called with Keras's own callback list, as fit calls evaluate for
+    validation, keeps it: the callback is in it already)."""
+    original = getattr(model_class, name)
     if getattr(original, _PATCHED, False):
         return
     signature = inspect.signature(original)
 
     @functools.wraps(original)
-    def fit(*args: Any, **kwargs: Any) -> Any:
+    def loop(*args: Any, **kwargs: Any) -> Any:
         from driftwatch.hook import custom_loop
         from driftwatch.hook.keras import DriftwatchCallback
 
         bound = signature.bind(*args, **kwargs)
-        callbacks = list(bound.arguments.get("callbacks") or [])
-        if not any(isinstance(c, DriftwatchCallback) for c in callbacks):
-            # First: its batch-end then runs right after Keras syncs the step's results.
-            callbacks.insert(0, DriftwatchCallback())
-        bound.arguments["callbacks"] = callbacks
-        # The callback times this fit: the custom-loop recognizer must not count it again.
+        given = bound.arguments.get("callbacks")
+        if given is None or isinstance(given, list | tuple):
+            callbacks = list(given or [])
+            if not any(isinstance(c, DriftwatchCallback) for c in callbacks):
+                # First: its batch-end then runs right after Keras syncs the step's results.
+                callbacks.insert(0, DriftwatchCallback())
+            bound.arguments["callbacks"] = callbacks
+        # The callback times this loop: the custom-loop recognizer must not count it again.
         was_busy = custom_loop.fit_started()
         try:
             return original(*bound.args, **bound.kwargs)
         finally:
             custom_loop.fit_ended(was_busy)
 
-    setattr(fit, _PATCHED, True)
-    model_class.fit = fit
+    setattr(loop, _PATCHED, True)
+    setattr(model_class, name, loop)
 
 
 class _PatchAfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -89,7 +104,7 @@ class _PatchAfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 def _patch_keras(keras: ModuleType) -> None:
-    patch_fit(keras.Model)
+    patch_loops(keras.Model)
 
 
 def _patch_tensorflow(tf: ModuleType) -> None:

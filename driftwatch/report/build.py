@@ -16,7 +16,7 @@ from driftwatch.detect.stats import theil_sen
 from driftwatch.history.reader import HistoryReader, StoredBucket
 from driftwatch.report.model import Line, Panel, Point, Report, SeriesSummary, TrendLine
 from driftwatch.series import WATCHED, Labels, SeriesKey
-from driftwatch.units import human_bytes, human_seconds
+from driftwatch.units import human_bytes, human_seconds, rate_unit
 
 MAX_POINTS = 1000
 """Points per plotted line; longer histories are averaged into this many time bins."""
@@ -139,8 +139,10 @@ def _step_line(buckets: list[StoredBucket]) -> Line:
     trend = _fit(points, t0 + WARMUP_SHARE * (t1 - t0))
     note = ""
     if trend is not None and trend.at(trend.start) > 0:
-        per_hour = trend.slope * 3600 / trend.at(trend.start)
-        note = f"trend {per_hour:+.1%} per hour ({human_seconds(trend.at(trend.end))}/step now)"
+        seconds, _, name = rate_unit(trend.end - trend.start)
+        rate = trend.slope * seconds / trend.at(trend.start)
+        now = human_seconds(trend.at(trend.end))
+        note = f"trend {rate:+.1%} per {name} ({now}/step now)"
     return Line("step time", segments, trend, note=note)  # per step: the means are the view
 
 
@@ -157,7 +159,9 @@ def _memory_line(label: str, buckets: list[StoredBucket], limit: float | None) -
     if fit is None:
         return _readings(Line(label, segments), buckets)
     ahead = t1 + PROJECTION_SHARE * (t1 - t0)
-    note = f"{human_bytes(fit.slope * 3600)}/h over the newest {human_seconds(t1 - fit.start)}"
+    span = t1 - fit.start
+    seconds, symbol, _ = rate_unit(span)
+    note = f"{human_bytes(fit.slope * seconds)}/{symbol} over the newest {human_seconds(span)}"
     shown_limit = None
     if limit is not None and fit.slope > 0:
         reaches = (limit - fit.at(t1)) / fit.slope + t1
@@ -204,6 +208,14 @@ def _rss_panels(series: Buckets, title: str) -> list[Panel]:
     return [Panel(title, "bytes", [_memory_line("RSS", rss, limit)])]
 
 
+def _workers_panels(series: Buckets, title: str) -> list[Panel]:
+    workers = series.get(("workers_memory_bytes", ()))
+    if not workers:
+        return []
+    limit = _last_mean(series.get(("workers_memory_limit_bytes", ())))
+    return [Panel(title, "bytes", [_memory_line("workers", workers, limit)])]
+
+
 def _tf_memory_panels(series: Buckets, title: str) -> list[Panel]:
     return [
         Panel(
@@ -241,6 +253,7 @@ def _upload_panels(series: Buckets, title: str) -> list[Panel]:
 _PANELS: dict[str, Callable[[Buckets, str], list[Panel]]] = {
     "step_seconds": _step_panels,
     "rss_bytes": _rss_panels,
+    "workers_memory_bytes": _workers_panels,
     "tf_allocator_current_bytes": _tf_memory_panels,
     "gpu_process_memory_bytes": _gpu_memory_panels,
     "event_file_bytes": _event_file_panels,

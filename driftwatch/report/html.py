@@ -16,7 +16,7 @@ from driftwatch.causes import cause_line
 from driftwatch.findings import KINDS, Severity
 from driftwatch.history.reader import StoredFinding
 from driftwatch.report.model import Line, Panel, Report
-from driftwatch.units import human_bytes, human_seconds, local_time
+from driftwatch.units import human_bytes, human_seconds, local_clock, local_time
 
 WIDTH, HEIGHT = 880, 240
 LEFT, RIGHT, TOP, BOTTOM = 78, 16, 26, 30
@@ -47,6 +47,7 @@ th { color: #6b7280; font-weight: 600; border-top: none; }
 .num { display: inline-block; width: 20px; height: 20px; border-radius: 10px; color: #fff;
        text-align: center; font-size: 12px; line-height: 20px; }
 .ev { color: #4b5563; font-size: 12px; }
+.when { white-space: nowrap; }
 .none { color: #047857; font-weight: 600; }
 .legend span { margin-right: 14px; white-space: nowrap; }
 .swatch { display: inline-block; width: 14px; height: 3px; vertical-align: middle;
@@ -77,7 +78,7 @@ def render(report: Report) -> str:
         *(f"<dt>{escape(k)}</dt><dd>{escape(str(v))}</dd>" for k, v in sorted(run.meta.items())),
         "</dl></div>",
         "<h2>Findings</h2>",
-        _findings_table(report.findings),
+        _findings_table(report.findings, report.start),
         *_goodput(report),
         *_captures(report),
         "<h2>Signals</h2>",
@@ -149,7 +150,9 @@ def _number(index: int, severity: Severity) -> str:
     return f'<span class="num" style="background:{colour}">{index}</span>'
 
 
-def _findings_table(findings: list[StoredFinding]) -> str:
+def _findings_table(findings: list[StoredFinding], start: float) -> str:
+    """The findings, each dated by its clock time (with its date where it is not the day
+    the report starts: the header gives that)."""
     if not findings:
         return '<div class="card"><span class="none">No findings</span>: nothing drifted.</div>'
     rows = [
@@ -160,8 +163,10 @@ def _findings_table(findings: list[StoredFinding]) -> str:
         evidence = ", ".join(f"{escape(k)} {escape(_evidence(v))}" for k, v in f.evidence.items())
         rows.append(
             f"<tr><td>{_number(index, f.severity)}</td><td>{_chip(f.severity)}</td>"
-            f"<td{_kind_title(f.kind)}>{escape(f.kind)}</td><td>{local_time(f.since)}<br>"
-            f'<span class="ev">seen {local_time(f.first_seen)}<br>to {local_time(f.last_seen)}'
+            f'<td{_kind_title(f.kind)}>{escape(f.kind)}</td><td class="when">'
+            f"{local_clock(f.since, start)}<br>"
+            f'<span class="ev">seen {local_clock(f.first_seen, start)}-'
+            f"{local_clock(f.last_seen, start)}"
             f"</span></td><td>{escape(f.message)}"
             f'<div class="ev">{evidence}</div>{_causes(f)}</td></tr>'
         )

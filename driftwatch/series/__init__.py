@@ -3,9 +3,10 @@
 A ``Sample`` names its series by the table's key (``rss_bytes``, ``step_seconds``, ...), the
 same names a recorded samples file and ``driftwatch analyze`` use. The exporter derives every
 Prometheus metric from this table; adding a signal means adding a row to its source's table
-(``process``, ``host``, ``gpu``, ``training``; ``goodput``: the monitor's own accounting) and
-a source that emits it. ``WATCHED`` lists the signals a person looks at: the live view's
-rows, the summary at the end of monitoring and the panels of ``driftwatch report``.
+(``process``, ``job``, ``host``, ``gpu``, ``training``; ``goodput``: the monitor's own
+accounting) and a source that emits it. ``WATCHED`` lists the signals a person looks at:
+the live view's rows, the summary at the end of monitoring and the panels of ``driftwatch
+report``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import NamedTuple
 from driftwatch.series.goodput import GOODPUT
 from driftwatch.series.gpu import GPU
 from driftwatch.series.host import HOST
+from driftwatch.series.job import JOB
 from driftwatch.series.process import PROCESS
 from driftwatch.series.spec import (
     MAX_LABEL_SETS,
@@ -52,7 +54,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-SERIES: dict[str, SeriesSpec] = {**PROCESS, **HOST, **GPU, **TRAINING, **GOODPUT}
+SERIES: dict[str, SeriesSpec] = {**PROCESS, **JOB, **HOST, **GPU, **TRAINING, **GOODPUT}
 """Every series, by the key samples name it with: the sources' tables in one."""
 
 
@@ -78,6 +80,13 @@ WATCHED: dict[str, Watched] = {
     ),
     "cpu_seconds": Watched(view="CPU"),
     "threads": Watched(view="threads / fds", also=("open_fds",)),
+    "workers_memory_bytes": Watched(
+        view="workers",
+        summary="workers",
+        panel="Memory: worker processes",
+        panel_rank=6,
+        also=("job_processes", "largest_worker_memory_bytes", "workers_memory_limit_bytes"),
+    ),
     "gpu_process_memory_bytes": Watched(
         view="GPU {gpu} memory",
         panel="Memory: GPU {gpu}",

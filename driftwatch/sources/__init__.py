@@ -16,6 +16,7 @@ from driftwatch.series import Sample
 from driftwatch.sources.eventfiles import EventFileSource
 from driftwatch.sources.hook import HookSource
 from driftwatch.sources.host import HostSource, NodePressure
+from driftwatch.sources.job import JobSource
 from driftwatch.sources.nvml import NvmlSource
 from driftwatch.sources.process import ProcessSource
 from driftwatch.target.process import Target
@@ -63,6 +64,7 @@ def default_sources(
     hook = HookSource(channel, target.info.uid)
     return [
         ProcessSource(target),  # first: it notices a reused PID before the others read
+        JobSource(target),
         hook,
         EventFileSource(logdirs, target.open_paths, track_steps=lambda: not hook.connected),
         NvmlSource(target.pid),

@@ -6,6 +6,7 @@ alone (its values, and the run's histories through ``Snapshot.store``).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable
 from typing import TextIO
@@ -132,6 +133,19 @@ def _thread_rows(r: _Reader, label: str) -> list[Row]:
     return [(label, f"{r.value('threads'):.0f} / {r.value('open_fds'):.0f}")]
 
 
+def _workers_rows(r: _Reader, label: str) -> list[Row]:
+    memory = r.value("workers_memory_bytes")
+    if not math.isfinite(memory):  # no series until the job's first worker is found
+        return []
+    reading = f"{r.value('job_processes') - 1:.0f} processes, {human_bytes(memory)}"
+    largest = r.labels_of("largest_worker_memory_bytes")
+    if largest:
+        biggest = dict(largest[-1])
+        held = human_bytes(r.value("largest_worker_memory_bytes", largest[-1]))
+        reading += f", largest pid {biggest['pid']} {held}"
+    return [(label, reading)]
+
+
 def _gpu_memory_rows(r: _Reader, label: str) -> list[Row]:
     rows = []
     for labels in r.labels_of("gpu_process_memory_bytes"):
@@ -235,6 +249,7 @@ _VIEW_ROWS: dict[str, Callable[[_Reader, str], list[Row]]] = {
     "rss_bytes": _rss_rows,
     "cpu_seconds": _cpu_rows,
     "threads": _thread_rows,
+    "workers_memory_bytes": _workers_rows,
     "gpu_process_memory_bytes": _gpu_memory_rows,
     "event_file_bytes": _event_file_rows,
     "step_seconds": _step_rows,
@@ -296,13 +311,14 @@ def render_summary(
     return "\n".join(lines)
 
 
-def _rss_summary(r: _Reader, label: str) -> list[str]:
-    rss = r.history("rss_bytes")
-    if rss is None or rss.first is None:
+def _memory_summary(series: str, r: _Reader, label: str) -> list[str]:
+    """A memory series at its start, its peak and at the end."""
+    history = r.history(series)
+    if history is None or history.first is None:
         return []
     return [
-        f"{label}: {human_bytes(rss.first[1])} at start, peak {human_bytes(rss.peak)}, "
-        f"{human_bytes(r.value('rss_bytes'))} at the end"
+        f"{label}: {human_bytes(history.first[1])} at start, peak {human_bytes(history.peak)}, "
+        f"{human_bytes(r.value(series))} at the end"
     ]
 
 
@@ -333,7 +349,8 @@ def _goodput_summary(r: _Reader, label: str) -> list[str]:
 
 
 _SUMMARY_LINES: dict[str, Callable[[_Reader, str], list[str]]] = {
-    "rss_bytes": _rss_summary,
+    "rss_bytes": functools.partial(_memory_summary, "rss_bytes"),
+    "workers_memory_bytes": functools.partial(_memory_summary, "workers_memory_bytes"),
     "event_file_bytes": _event_file_summary,
     "step_seconds": _step_summary,
     "wall_seconds": _goodput_summary,

@@ -1,11 +1,14 @@
 """Ranked likely causes of a slowdown or stall: the signals that moved with it.
 
 The ranker keeps, per signal, 1-s buckets for the recent minutes and 5-min ones for a day
-(bounded arrays, no I/O), and compares each signal over the finding's two windows: before the
-slowdown's onset and after it, or between a run's stalls and during them. Each cause of
-``CAUSES`` scores how far its signals moved the way that would slow training, 1 being the
-least change that counts; those at 1 or more are ranked, highest first, with their numbers.
-It only annotates: it adds no finding. Reasoning: docs/detectors.md, "Causes".
+(bounded arrays, no I/O), and compares each signal over the finding's two windows: the
+level a gradual slowdown rose from (the minute before its onset; a run judged whole at its
+end: its first part) and its newest part; before an abrupt slowdown's onset and after it;
+between a run's stalls and during them. Each cause of ``CAUSES`` scores how far
+its signals moved the way that would slow training, 1 being the least change that counts;
+those at 1 or more are ranked, highest first, with their numbers. A slowdown that none moved
+with says so, then lists its ``USUAL_CAUSES``. It only annotates: it adds no finding.
+Reasoning: docs/detectors.md, "Causes".
 """
 
 from __future__ import annotations
@@ -17,10 +20,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from driftwatch.causes import CAUSES, RankedCause, numbers_said
+from driftwatch.causes import CAUSES, USUAL_CAUSES, RankedCause, numbers_said
 from driftwatch.detect.causes.scores import SCORERS, Scorer
 from driftwatch.detect.stats import FloatArray
-from driftwatch.findings import Finding
+from driftwatch.findings import JUDGED_AT_END, WHOLE_RUN, Finding
 from driftwatch.series import Labels, Sample
 
 RANKED_KINDS = frozenset({"gradual_slowdown", "abrupt_slowdown", "periodic_stall", "stalled"})
@@ -37,6 +40,12 @@ MIN_WINDOW_SECONDS = 60.0
 """Least span of the window before an onset (or a stall), in seconds."""
 MAX_WINDOW_SECONDS = 6 * 3600.0
 """Most span of either window, in seconds."""
+CLIMB_SIDE_SHARE = 1 / 3
+"""Share of a gradual slowdown's span, from its onset to now, that its side after covers:
+the newest (and, in a run judged whole at its end, its side before: the first)."""
+BASELINE_SECONDS = 60.0
+"""Span of a live gradual slowdown's side before its onset, in seconds: the level its steps
+rose from."""
 REFRESH_SECONDS = 10.0
 """A finding's causes are ranked again at most this often, in seconds of its clock."""
 REFRESH_SHARE = 0.05
@@ -262,16 +271,20 @@ class CauseRanker:
             before, after = self.windows(finding, now)
             causes = self.rank(before, after)
             self._ranked[finding.kind] = (finding.since, now, causes)
-        if not causes:
+        text = said(causes, finding.kind)
+        if not text:
             return finding
-        return replace(finding, message=f"{finding.message} {said(causes)}", causes=causes)
+        return replace(finding, message=f"{finding.message} {text}", causes=causes)
 
     def windows(self, finding: Finding, now: float) -> tuple[Windows, Windows]:
-        """The finding's two sides: before its onset and after it; between its stalls and
-        during them (from the evidence of the last stall, its period and duration); before
-        the last step and since."""
+        """The finding's two sides: the level a gradual slowdown rose from and its newest
+        part; before an abrupt one's onset and after it; between stalls and during them
+        (from the evidence of the last stall, its period and duration); before the last
+        step and since."""
         if finding.kind == "periodic_stall":
             return self._stall_windows(finding)
+        if finding.kind == "gradual_slowdown":
+            return self._climb_windows(finding, now)
         onset = finding.since
         if finding.kind == "stalled":
             onset = now - float(finding.evidence.get("seconds_since_last_step", now - onset))
@@ -279,6 +292,24 @@ class CauseRanker:
         start = max(onset - span, self._first_t)
         end = math.nextafter(min(now, onset + MAX_WINDOW_SECONDS), math.inf)  # now is in
         return [(start, onset)], [(onset, end)]
+
+    def _climb_windows(self, finding: Finding, now: float) -> tuple[Windows, Windows]:
+        """A gradual slowdown's newest ``CLIMB_SIDE_SHARE`` of its span since its onset (of
+        the day kept at most) against the level its steps rose from: the minute before its
+        onset (a coarse bucket once that lies beyond the fine ones), or, for a run judged
+        whole at its end (slowing from its start: no level before), its span's first
+        ``CLIMB_SIDE_SHARE``. A signal that moved before that and then stayed is no cause."""
+        onset = max(finding.since, self._first_t, now - COARSE_SECONDS * COARSE_POINTS)
+        span = max(now - onset, 0.0)
+        width = min(span * CLIMB_SIDE_SHARE, MAX_WINDOW_SECONDS)
+        after = [(now - width, math.nextafter(now, math.inf))]
+        fine = FINE_SECONDS * FINE_POINTS
+        if finding.evidence.get(JUDGED_AT_END) == WHOLE_RUN:
+            if span > fine:  # its first side may lie in the coarse buckets alone
+                width = max(width, min(COARSE_SECONDS, span / 2))
+            return [(onset, onset + width)], after
+        reach = BASELINE_SECONDS if span + BASELINE_SECONDS <= fine else COARSE_SECONDS
+        return [(max(onset - reach, self._first_t), onset)], after
 
     @staticmethod
     def _stall_windows(finding: Finding) -> tuple[Windows, Windows]:
@@ -312,9 +343,13 @@ class CauseRanker:
         return tuple(best.values())
 
 
-def said(causes: Sequence[RankedCause]) -> str:
+def said(causes: Sequence[RankedCause], kind: str) -> str:
     """The sentences a finding's message ends with: the top cause with its numbers and its
-    fix, then the others by name."""
+    fix, then the others by name; with none, for a slowdown, that no measured signal moved
+    with it, then its usual causes (nothing for a stall)."""
+    if not causes:
+        usual = USUAL_CAUSES.get(kind)
+        return f"No measured signal moved with it. {usual}" if usual else ""
     top = causes[0]
     where = f" on {top.detail}" if top.detail else ""
     text = f"The signals that moved with it point to {CAUSES[top.cause].title.lower()}{where} "

@@ -31,6 +31,12 @@ QUOTA_STEP = 0.10
 """Rise in the cgroup's throttled seconds per second that scores 1."""
 INPUT_WAIT_STEP = 0.05
 """Rise in the share of step time waiting for input that scores 1 (the Profiler's band)."""
+INPUT_EXPLAINS_STEP = 0.5
+"""Part of the step's rise that the rise of the wait for input per step makes up that
+scores 1 (all of it: 2)."""
+STEP_RISE_FLOOR = 0.05
+"""Least rise of the mean step, as a share of what it was, whose parts are scored (half the
+least slowdown reported)."""
 HOST_SHARE_STEP = 0.10
 """Rise in the share of step time spent outside the train step that scores 1."""
 TRACES_STEP = 0.01
@@ -138,12 +144,27 @@ def _input_wait(signals: Signals) -> tuple[float, float]:
     return signals.mean("input_wait_share")
 
 
+def _made_up(part: tuple[float, float], whole: tuple[float, float]) -> float:
+    """How much of ``whole``'s rise ``part``'s rise makes up, at most all of it (0 where
+    ``whole`` rose less than ``STEP_RISE_FLOOR`` of what it was, or there is no data)."""
+    rise = _rise(whole)
+    if not rise >= STEP_RISE_FLOOR * whole[0]:
+        return 0.0
+    return min(1.0, _positive(_rise(part)) / rise)
+
+
 def input_wait(signals: Signals) -> Iterator[RankedCause]:
-    """More of each step waiting for the input pipeline (the hook's input-wait share)."""
-    wait = _input_wait(signals)
-    yield RankedCause(
-        "input_wait", _positive(_rise(wait)) / INPUT_WAIT_STEP, _numbers(input_wait_share=wait)
+    """More of each step waiting for the input pipeline (the hook's input-wait share), or a
+    wait per step (share x mean step) that rose by much of what the step rose: a share near
+    1 can hardly rise, nor one whose step grows with its wait."""
+    share = _input_wait(signals)
+    step = signals.mean("step_seconds")
+    wait = (share[0] * step[0], share[1] * step[1])
+    score = max(
+        _positive(_rise(share)) / INPUT_WAIT_STEP, _made_up(wait, step) / INPUT_EXPLAINS_STEP
     )
+    numbers = _numbers(input_wait_share=share, wait_per_step_seconds=wait, step_seconds=step)
+    yield RankedCause("input_wait", score, numbers)
 
 
 def host_time(signals: Signals) -> Iterator[RankedCause]:

@@ -49,7 +49,7 @@ from driftwatch.detect.memory.trends import (
 )
 from driftwatch.detect.memory.whole_run import CONCLUDE_MIN_POINTS, whole_run_trend
 from driftwatch.detect.windows import WindowMeans
-from driftwatch.findings import KINDS, Finding, Severity
+from driftwatch.findings import JUDGED_AT_END, KINDS, WHOLE_RUN, Finding, Severity
 from driftwatch.series import Labels, Sample
 from driftwatch.units import clock, human_bytes, human_seconds
 
@@ -274,7 +274,7 @@ class MemoryDriftDetector:
         if math.isfinite(limit):
             evidence["limit_bytes"] = limit
         if ended:
-            evidence["judged_at_end"] = "whole run"
+            evidence[JUDGED_AT_END] = WHOLE_RUN
         evidence.update(extra_evidence)
         return Finding(self.name, severity, trend.since, message, evidence)
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from driftwatch.detect import Evaluation
 from driftwatch.detect.stats import mann_kendall, rank_sum_greater, theil_sen
-from driftwatch.findings import Finding, Severity
+from driftwatch.findings import JUDGED_AT_END, WHOLE_RUN, Finding, Severity
 from driftwatch.units import clock, human_seconds
 
 WHOLE_RUN_BLOCKS = 240
@@ -75,10 +75,7 @@ def whole_run_step(levels: list[tuple[float, float]]) -> Evaluation:
     message = (
         f"steps became {ratio:.2f}x slower around {clock(since)} ({human_seconds(first)} -> "
         f"{human_seconds(last)} per step) and stayed there to the end of the run, judged "
-        "over the whole run (too short, or started too slowly, for a baseline of its own). "
-        "Look at what changed then: a new data shard or augmentation, a learning-rate or "
-        "mixed-precision switch, another job on the same device or host, a throttled disk "
-        "or network."
+        "over the whole run (too short, or started too slowly, for a baseline of its own)."
     )
     return _judged("abrupt_slowdown", score, since, message, first, last)
 
@@ -101,10 +98,7 @@ def whole_run_rise(levels: list[tuple[float, float]]) -> Evaluation:
     message = (
         f"steps got slower all through the run: {ratio:.2f}x from its first blocks to its "
         f"last ({human_seconds(first)} -> {human_seconds(last)} per step, Mann-Kendall "
-        f"p={test.p:.1g}), too short or slowing too early for a baseline of its own. Likely "
-        "causes: growing Python-side state per step (lists, metrics, summaries), an input "
-        "pipeline or cache that degrades, retracing or memory pressure. Compare a py-spy "
-        "or TF Profiler trace from late in the run with one from its start."
+        f"p={test.p:.1g}), too short or slowing too early for a baseline of its own."
     )
     return _judged("gradual_slowdown", score, since, message, first, last)
 
@@ -119,7 +113,7 @@ def _judged(
         "baseline_step_seconds": first,
         "current_step_seconds": last,
         "onset": since,
-        "judged_at_end": "whole run",
+        JUDGED_AT_END: WHOLE_RUN,
     }
     severity = Severity.CRITICAL if ratio >= 2 else Severity.WARNING
     return Evaluation(score, (Finding(kind, severity, since, message, evidence),))

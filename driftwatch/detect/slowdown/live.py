@@ -5,6 +5,8 @@ spikes: detectors on them drown in false alarms. So steps are first reduced to b
 levels (100 steps, or fewer when steps are slow: their median, or for steps of a few
 milliseconds the mean of all but the slowest tenth), and only those are tested. A short
 run is also judged at its end over all its blocks (``driftwatch.detect.slowdown.end``).
+A finding's message says how much slower and since when; its causes, the signals that moved
+with it or else the usual ones, are the cause ranker's (``driftwatch.detect.causes``).
 Reasoning and experiments: docs/detectors.md, "Slowdowns".
 """
 
@@ -362,18 +364,13 @@ class SlowdownDetector:
         if self._gradual:
             message = (
                 f"steps are getting slower: {ratio:.2f}x the baseline ({before} -> {after} per "
-                f"step), rising gradually since about {clock(since)}. Likely causes: an input "
-                "pipeline or cache that degrades, growing Python-side state per step (lists, "
-                "metrics, summaries), retracing, memory pressure or thermal throttling. "
-                "Compare a py-spy or TF Profiler trace from now with one from the start."
+                f"step), rising gradually since about {clock(since)}."
             )
             kind = "gradual_slowdown"
         else:
             message = (
                 f"steps became {ratio:.2f}x slower around {clock(since)} ({before} -> {after} "
-                "per step) and stayed there. Look at what changed then: "
-                "a new data shard or augmentation, a learning-rate or mixed-precision switch, "
-                "another job on the same device or host, a throttled disk or network."
+                "per step) and stayed there."
             )
             kind = "abrupt_slowdown"
         return Evaluation(score, (Finding(kind, severity, since, message, evidence),))

@@ -1,0 +1,26 @@
+"""The series of the target's process tree: its workers and their memory
+(driftwatch/sources/job.py)."""
+
+from __future__ import annotations
+
+from driftwatch.series.spec import SeriesSpec
+
+JOB: dict[str, SeriesSpec] = {
+    "job_processes": SeriesSpec(
+        "driftwatch_job_processes", "Processes of the job: the target and its descendants."
+    ),
+    "workers_memory_bytes": SeriesSpec(
+        "driftwatch_job_workers_memory_bytes",
+        "Memory of the target's descendants (data-loader workers, pools, subprocesses): the "
+        "sum of their proportional set sizes, pages shared after fork counted once.",
+    ),
+    "workers_memory_limit_bytes": SeriesSpec(
+        "driftwatch_job_workers_memory_limit_bytes",
+        "Memory the workers can grow into: the job's cgroup or host limit less the target's RSS.",
+    ),
+    "largest_worker_memory_bytes": SeriesSpec(
+        "driftwatch_job_largest_worker_memory_bytes",
+        "Memory of the job's largest worker process, by its PID and command line.",
+        label_names=("pid", "command"),
+    ),
+}

@@ -1,0 +1,72 @@
+"""The watched process's descendants: data-loader workers, pools and other children.
+
+Found from ``/proc/PID/task/TID/children`` (each thread lists the children it forked),
+walked down from the target, so no scan of every process on the host is needed. Each
+descendant is identified by its PID and start time (a PID reused by a new process is a new
+process), with its command line read once, redacted as the target's is.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from dataclasses import dataclass
+
+from driftwatch.target.pidns import start_ticks
+from driftwatch.target.process import read_proc_file, redact_command
+
+MAX_DESCENDANTS = 1024
+"""Descendants listed at most (processes): a fork bomb is not walked to its end."""
+COMMAND_CHARACTERS = 160
+"""Characters of a descendant's command line kept to name it (characters)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Descendant:
+    """One process below the target: its PID, start time (clock ticks after boot) and
+    command line, redacted and shortened."""
+
+    pid: int
+    start_ticks: int
+    command: str
+
+
+def children(pid: int) -> list[int]:
+    """The PIDs process ``pid``'s threads forked that are still alive; none once it is gone
+    or closed to this process."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    found: list[int] = []
+    for task in tasks:
+        try:
+            found.extend(
+                int(child) for child in read_proc_file(f"/proc/{pid}/task/{task}/children").split()
+            )
+        except OSError:  # the thread ended between the listing and the read
+            continue
+    return found
+
+
+def descendant_pids(pid: int) -> list[int]:
+    """Every process below ``pid``, parents before their children, at most
+    ``MAX_DESCENDANTS``."""
+    found: list[int] = []
+    pending = deque(children(pid))
+    while pending and len(found) < MAX_DESCENDANTS:
+        child = pending.popleft()
+        found.append(child)
+        pending.extend(children(child))
+    return found
+
+
+def describe(pid: int) -> Descendant | None:
+    """Process ``pid`` as a ``Descendant``; None once it is gone."""
+    try:
+        ticks = start_ticks(pid)
+        argv = read_proc_file(f"/proc/{pid}/cmdline").decode(errors="replace").split("\0")
+    except (OSError, ValueError, IndexError):
+        return None
+    command = " ".join(redact_command([arg for arg in argv if arg]))
+    return Descendant(pid, ticks, command[:COMMAND_CHARACTERS])
