@@ -25,14 +25,14 @@ FEATURES = 32
 """Input features of the synthetic problems."""
 
 
-def options(doc: str | None) -> argparse.Namespace:
-    """The parsed command line: ``--logdir`` and ``--seconds``."""
+def options(doc: str | None, seconds: float = SECONDS) -> argparse.Namespace:
+    """The parsed command line: ``--logdir`` and ``--seconds`` (``seconds`` unless given)."""
     parser = argparse.ArgumentParser(description=doc)
     parser.add_argument(
         "--logdir", help="TensorBoard log directory (default: a new temporary directory)"
     )
     parser.add_argument(
-        "--seconds", type=float, default=SECONDS, help="how long to train, in seconds"
+        "--seconds", type=float, default=seconds, help="how long to train, in seconds"
     )
     args = parser.parse_args()
     if not args.logdir:
@@ -86,6 +86,37 @@ def byte_examples(samples: int, features: int) -> np.ndarray:
     return np.random.default_rng(0).integers(0, 256, size=(samples, features), dtype=np.uint8)
 
 
+def predictive_coded_images(samples: int, side: int) -> tuple[np.ndarray, np.ndarray]:
+    """Noisy grayscale images whose class (0-3) is the quadrant holding a bright square, stored
+    the way lossless image formats store them (PNG's filters): each pixel as its difference
+    from the prediction left + up - upper-left, modulo 256. The coded images (uint8,
+    ``samples`` x ``side`` x ``side``) and their labels (int32)."""
+    rng = np.random.default_rng(0)
+    labels = rng.integers(4, size=samples)
+    pixels = rng.integers(0, 80, size=(samples, side, side)).astype(np.int32)
+    half, square = side // 2, side // 4
+    for index, label in enumerate(labels):
+        row, column = divmod(int(label), 2)
+        top, left = row * half + square // 2, column * half + square // 2
+        pixels[index, top : top + square, left : left + square] += 160
+    padded = np.pad(pixels, ((0, 0), (1, 0), (1, 0)))  # zeros above and left of the image
+    residual = padded[:, 1:, 1:] - padded[:, 1:, :-1] - padded[:, :-1, 1:] + padded[:, :-1, :-1]
+    return (residual & 0xFF).astype(np.uint8), labels.astype(np.int32)
+
+
+def image_classifier(side: int, classes: int = 4) -> Any:
+    """A small classifier of ``side`` x ``side`` grayscale images: two dense layers (not
+    compiled)."""
+    return keras.Sequential(
+        [
+            keras.Input((side, side, 1)),
+            keras.layers.Flatten(),
+            keras.layers.Dense(32, activation="relu"),
+            keras.layers.Dense(classes),
+        ]
+    )
+
+
 def decode(raw: Any) -> tuple[Any, Any]:
     """One example's bytes as [0, 1] features and a target (a few FFTs stand in for the
     work of real decoding)."""
@@ -128,6 +159,16 @@ class Pace:
         first = sum(1 for end in self.ends if end - self.ends[0] <= span)
         last = sum(1 for end in self.ends if self.ends[-1] - end <= span)
         return f"{first / span:.0f}->{last / span:.0f}/s"
+
+    def step_ms(self, span: float = 5.0) -> str:
+        """Mean step time over the first and the last ``span`` seconds, in milliseconds."""
+        first = [end for end in self.ends if end - self.ends[0] <= span]
+        last = [end for end in self.ends if self.ends[-1] - end <= span]
+        if len(first) < 2 or len(last) < 2:
+            return "n/a"
+        early = (first[-1] - first[0]) / (len(first) - 1)
+        late = (last[-1] - last[0]) / (len(last) - 1)
+        return f"{early * 1e3:.1f}->{late * 1e3:.1f}ms"
 
 
 class StopAt(keras.callbacks.Callback):  # type: ignore[misc]

@@ -24,7 +24,8 @@ ONE_THREAD = {**TF_ENV, "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS":
 """One TensorFlow thread, as in test_examples_e2e: the job keeps to one core."""
 SCENARIOS = REPO / "scenarios"
 SCENARIO_TIMEOUT = 150
-"""Seconds a scenario (20 s of training, TensorFlow's start-up, driftwatch's end) may take."""
+"""Seconds a scenario (20 to 60 s of training, TensorFlow's start-up, driftwatch's end) may
+take."""
 POLL = 0.25
 """Seconds between two reads of a watched job's findings file."""
 STOPPED = 128 + signal.SIGTERM

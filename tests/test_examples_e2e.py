@@ -60,6 +60,8 @@ SCENARIOS = [
     leak("tensors_kept_alive", "tensors_kept_alive", "unknown"),
     Scenario("image_summaries", frozenset({"event_file_unrotated", "event_file_growth"})),
     Scenario("late_nan", frozenset({"nonfinite"}), args=()),
+    # A Python map with no prefetch: fit's input wait, timed by the hook on sampled steps.
+    Scenario("input_bound", frozenset({"input_bound"}), advice="num_parallel_calls"),
     # growing_callback alone is not run here: the demo test runs it with late_nan
     # (slow_and_diverging) and asserts its slow_callbacks; test_causes_e2e ranks the
     # slowdown of a callback whose cost grows.
