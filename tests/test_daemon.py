@@ -293,6 +293,43 @@ def test_matching_processes_are_watched_with_unique_names_and_dropped_when_they_
     assert daemon.snapshots == ()
 
 
+FORKING_JOB = """
+import os, sys, time
+for _ in range(3):  # workers with the job's own command line, as fork makes them
+    if os.fork() == 0:
+        time.sleep(300)
+        os._exit(0)
+print("ready", flush=True)
+time.sleep(300)
+"""
+
+
+def test_a_matched_jobs_forked_workers_are_part_of_its_job_not_jobs_of_their_own(
+    tmp_path: Path,
+) -> None:
+    # Expected: the pattern finds the job and its 3 workers alike (fork keeps the command
+    # line); the daemon watches one run, the job, whose process count holds the workers.
+    marker = f"forking-job-{uuid.uuid4().hex}"
+    job = subprocess.Popen(
+        [sys.executable, "-c", FORKING_JOB, marker], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert job.stdout is not None
+        assert job.stdout.readline().strip() == "ready"
+        assert len(psutil.Process(job.pid).children()) == 3
+        daemon = make_daemon(tmp_path, re.escape(marker))
+        daemon.tick()
+        assert list(daemon.runs.values()) == [job.pid]
+        (snapshot,) = daemon.snapshots
+        assert snapshot.values[("job_processes", ())] == 4
+        daemon.close()
+    finally:
+        for child in psutil.Process(job.pid).children():
+            child.kill()
+        job.kill()
+        job.wait()
+
+
 @pytest.mark.parametrize(("age", "evaluations"), [(10.0, 11), (YOUNG_SECONDS + 100, 3)])
 def test_a_settled_targets_detectors_judge_it_every_ten_seconds(
     tmp_path: Path,

@@ -7,7 +7,9 @@ Each discovery
    root) and finds the process behind each new one; a channel whose writer has exited is
    removed ``sweep_after`` seconds later (another monitor may still be reading it);
 3. every ``SCAN_EVERY_TICKS`` discoveries, scans the process table for command lines that a
-   ``--match`` pattern finds.
+   ``--match`` pattern finds; a match below a watched process (a data-loader worker forked
+   from a matched job, with the job's command line) is part of that job, not a job of its
+   own.
 
 It yields what it found as ``Found``; the daemon decides what to do with each.
 """
@@ -38,6 +40,7 @@ from driftwatch.errors import TargetAccessDenied, TargetGone
 from driftwatch.target.access import is_kernel_thread
 from driftwatch.target.pidns import find_process, start_ticks
 from driftwatch.target.process import CLOCK_TICKS, Target, read_proc_file
+from driftwatch.target.tree import descends_from
 
 log = logging.getLogger(__name__)
 
@@ -393,12 +396,13 @@ class Discovery:
     def _scan_processes(self, config: Config, watched_pids: set[int]) -> Iterator[Found]:
         if not config.rules:
             return
+        jobs = set(watched_pids)  # a match below one of these is part of its job
         for pid, create_time, command in self._scan():
             key = process_key(pid, create_time)
             if pid in self._own or pid in watched_pids or key in self._refused:
                 continue
             rule = config.rule_for(command)
-            if rule is None:
+            if rule is None or descends_from(pid, jobs):
                 continue
             try:
                 target = Target.attach(pid)
@@ -407,4 +411,5 @@ class Discovery:
             except TargetAccessDenied as err:
                 self.refuse(key, str(err))
                 continue
+            jobs.add(pid)
             yield Found(key, target, None, None, f"the pattern {rule.pattern.pattern!r}")

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from driftwatch.target.pidns import start_ticks
 from driftwatch.target.process import read_proc_file, redact_command
 
+MAX_DEPTH = 64
+"""Parents followed up from a process at most (processes)."""
 MAX_DESCENDANTS = 1024
 """Descendants listed at most (processes): a fork bomb is not walked to its end."""
 COMMAND_CHARACTERS = 160
@@ -47,6 +49,26 @@ def children(pid: int) -> list[int]:
         except OSError:  # the thread ended between the listing and the read
             continue
     return found
+
+
+def parent_pid(pid: int) -> int:
+    """The parent of process ``pid`` (0 for the first process); ``OSError`` once it is gone."""
+    stat = read_proc_file(f"/proc/{pid}/stat")
+    return int(stat[stat.rindex(b")") + 2 :].split(maxsplit=2)[1])
+
+
+def descends_from(pid: int, ancestors: set[int]) -> bool:
+    """Whether one of ``ancestors`` is a parent, grandparent, ... of process ``pid``."""
+    for _ in range(MAX_DEPTH):
+        try:
+            pid = parent_pid(pid)
+        except (OSError, ValueError, IndexError):
+            return False
+        if pid in ancestors:
+            return True
+        if pid <= 1:
+            return False
+    return False
 
 
 def descendant_pids(pid: int) -> list[int]:
