@@ -1,5 +1,5 @@
-"""The series of the target's process tree: its workers and their memory
-(driftwatch/sources/job.py)."""
+"""The series of the job beyond its main process: its process tree and its workers' memory
+(driftwatch/sources/job.py), and the filesystems it writes to (driftwatch/sources/disk.py)."""
 
 from __future__ import annotations
 
@@ -22,5 +22,16 @@ JOB: dict[str, SeriesSpec] = {
         "driftwatch_job_largest_worker_memory_bytes",
         "Memory of the job's largest worker process, by its PID and command line.",
         label_names=("pid", "command"),
+    ),
+    "disk_used_bytes": SeriesSpec(
+        "driftwatch_disk_used_bytes",
+        "Bytes used on a filesystem the job writes to (its logdirs, working directory, files "
+        "open for writing), as an unprivileged writer sees it: full when it reaches the size.",
+        label_names=("mount",),
+    ),
+    "disk_size_bytes": SeriesSpec(
+        "driftwatch_disk_size_bytes",
+        "Size of a filesystem the job writes to.",
+        label_names=("mount",),
     ),
 }

@@ -13,6 +13,7 @@ from typing import Protocol, runtime_checkable
 
 from driftwatch.channel.paths import process_channel
 from driftwatch.series import Sample
+from driftwatch.sources.disk import DiskSource
 from driftwatch.sources.eventfiles import EventFileSource
 from driftwatch.sources.hook import HookSource
 from driftwatch.sources.host import HostSource, NodePressure
@@ -67,6 +68,7 @@ def default_sources(
         JobSource(target),
         hook,
         EventFileSource(logdirs, target.open_paths, track_steps=lambda: not hook.connected),
+        DiskSource(target, list(logdirs)),
         NvmlSource(target.pid),
         HostSource(target.pid, pressure=pressure),
     ]
