@@ -127,11 +127,40 @@ def test_a_worker_that_exits_leaves_the_job(
     assert values(source.sample(now + 3.0))["job_processes"].value == 2
 
 
-def test_a_job_without_workers_sends_only_its_process_count() -> None:
+ZOMBIE_MAKER = """
+import os, sys, time
+for _ in range(3):  # children that exit at once and are never waited for
+    if os.fork() == 0:
+        os._exit(0)
+time.sleep(0.5)
+print("ready", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_children_that_exited_unreaped_are_counted_as_zombies() -> None:
+    parent = subprocess.Popen(
+        [sys.executable, "-c", ZOMBIE_MAKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    try:
+        assert parent.stdout is not None
+        assert parent.stdout.readline().strip() == b"ready"
+        seen = values(JobSource(Target.attach(parent.pid)).sample(time.time()))
+        assert seen["zombie_processes"].value == 3
+        assert seen["job_processes"].value == 4
+    finally:
+        parent.kill()
+        parent.wait()
+
+
+def test_a_job_without_workers_sends_only_its_process_counts() -> None:
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         samples = JobSource(Target.attach(sleeper.pid)).sample(time.time())
-        assert [(s.series, s.value) for s in samples] == [("job_processes", 1.0)]
+        assert [(s.series, s.value) for s in samples] == [
+            ("job_processes", 1.0),
+            ("zombie_processes", 0.0),
+        ]
     finally:
         sleeper.kill()
         sleeper.wait()

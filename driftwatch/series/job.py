@@ -9,6 +9,10 @@ JOB: dict[str, SeriesSpec] = {
     "job_processes": SeriesSpec(
         "driftwatch_job_processes", "Processes of the job: the target and its descendants."
     ),
+    "zombie_processes": SeriesSpec(
+        "driftwatch_job_zombie_processes",
+        "Descendants of the target that exited and were never reaped (each holds a PID).",
+    ),
     "workers_memory_bytes": SeriesSpec(
         "driftwatch_job_workers_memory_bytes",
         "Memory of the target's descendants (data-loader workers, pools, subprocesses): the "

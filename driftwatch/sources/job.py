@@ -8,7 +8,8 @@ reading, since what a worker adds to itself is private. PSS costs a walk of the 
 page tables (milliseconds for a large process), so it is read when a worker is found and
 then for one worker a tick, the one read longest ago, at most every ``PSS_REFRESH_SECONDS``.
 
-Samples: ``job_processes`` (the target and its descendants) always; once the job has had a
+Samples: ``job_processes`` (the target and its descendants) and ``zombie_processes`` (those
+of them that exited and were never reaped: each holds a PID) always; once the job has had a
 worker, ``workers_memory_bytes`` (their sum), ``workers_memory_limit_bytes`` (the memory
 limit the target's cgroup or host gives the whole job, less the target's own RSS: what the
 workers can grow into) and ``largest_worker_memory_bytes`` labelled with the largest
@@ -26,7 +27,7 @@ from driftwatch.series import Sample
 from driftwatch.sources.process import LIMIT_REFRESH_SECONDS, memory_limit
 from driftwatch.target.pidns import start_ticks
 from driftwatch.target.process import Target, read_proc_file
-from driftwatch.target.tree import Descendant, descendant_pids, describe
+from driftwatch.target.tree import Descendant, descendant_pids, describe, is_zombie
 
 TREE_REFRESH_SECONDS = 2.0
 """Seconds between two walks of the target's descendants (new workers are found then)."""
@@ -75,6 +76,7 @@ class JobSource:
     def __init__(self, target: Target) -> None:
         self._target = target
         self._workers: dict[int, _Worker] = {}  # by PID
+        self._zombies = 0  # descendants that exited and were never reaped, at the last walk
         self._tree_read_at = -math.inf
         self._had_workers = False
         self._limit = math.nan
@@ -86,7 +88,10 @@ class JobSource:
             self._tree_read_at = now
         self._read_rss()
         self._read_one_pss(now)
-        samples = [Sample("job_processes", 1.0 + len(self._workers), now)]
+        samples = [
+            Sample("job_processes", 1.0 + len(self._workers), now),
+            Sample("zombie_processes", float(self._zombies), now),
+        ]
         if self._workers:
             self._had_workers = True
         if self._had_workers:
@@ -105,6 +110,7 @@ class JobSource:
             if process is not None:
                 alive[pid] = _Worker(process)
         self._workers = alive
+        self._zombies = sum(_zombie(pid) for pid in alive)
 
     def _read_rss(self) -> None:
         for pid, worker in list(self._workers.items()):
@@ -150,6 +156,13 @@ class JobSource:
 
     def close(self) -> None:
         """Nothing to release: every file is read and closed at once."""
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return is_zombie(pid)
+    except (OSError, ValueError):  # reaped since the walk
+        return False
 
 
 def _still(process: Descendant) -> bool:

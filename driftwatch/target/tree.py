@@ -51,6 +51,13 @@ def children(pid: int) -> list[int]:
     return found
 
 
+def is_zombie(pid: int) -> bool:
+    """Whether process ``pid`` has exited and was never reaped by its parent; ``OSError``
+    once it is gone."""
+    stat = read_proc_file(f"/proc/{pid}/stat")
+    return stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] == b"Z"
+
+
 def parent_pid(pid: int) -> int:
     """The parent of process ``pid`` (0 for the first process); ``OSError`` once it is gone."""
     stat = read_proc_file(f"/proc/{pid}/stat")
