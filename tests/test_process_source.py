@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -186,3 +187,28 @@ def test_storage_reads_of_a_process_reading_a_real_file(tmp_path: Path) -> None:
     # Both reads pass through read(); only the first reaches the storage device.
     assert after["read_syscall_bytes"] - before["read_syscall_bytes"] >= 2 * size
     assert size <= after["read_bytes"] - before["read_bytes"] < 2 * size
+
+
+def test_limits_of_descriptors_and_threads_are_the_targets_soft_limits_and_the_kernels() -> None:
+    # Expected: a child whose soft RLIMIT_NOFILE is 512 and RLIMIT_NPROC 3000 (or less, when
+    # the hard limit is lower) reads 512 descriptors and at most 3000 threads, no more than
+    # the kernel's threads-max.
+    def lower_limits() -> None:
+        resource.setrlimit(
+            resource.RLIMIT_NOFILE, (512, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+        )
+        hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+        soft = 3000 if hard == resource.RLIM_INFINITY else min(3000, hard)
+        resource.setrlimit(resource.RLIMIT_NPROC, (soft, hard))
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"], preexec_fn=lower_limits
+    )
+    try:
+        read = {s.series: s.value for s in ProcessSource(Target.attach(child.pid)).sample(0.0)}
+    finally:
+        child.kill()
+        child.wait()
+    assert read["fd_limit"] == 512
+    threads_max = float(Path("/proc/sys/kernel/threads-max").read_text())
+    assert 1 <= read["threads_limit"] <= min(3000, threads_max)
