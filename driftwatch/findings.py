@@ -52,6 +52,12 @@ KINDS: dict[str, KindSpec] = {
     ),
     "gpu_memory_drift": KindSpec("GPU memory drift", Severity.WARNING, "driftwatchgpumemorydrift"),
     "memory_step": KindSpec("One-off memory step", Severity.INFO, "driftwatchmemorystep"),
+    "fd_exhaustion": KindSpec(
+        "Open descriptors growing towards their limit", Severity.WARNING, "driftwatchfdexhaustion"
+    ),
+    "thread_exhaustion": KindSpec(
+        "Threads growing towards their limit", Severity.WARNING, "driftwatchthreadexhaustion"
+    ),
     "event_file_growth": KindSpec(
         "Event-file bytes per step growing", Severity.WARNING, "driftwatcheventfilegrowth"
     ),

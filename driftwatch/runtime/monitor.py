@@ -55,8 +55,11 @@ FAST_EVENT_FILE_RATE = (1 << 30) / 3600
 FAST_MEMORY_LIMITS = {
     "rss_bytes": "memory_limit_bytes",
     "gpu_process_memory_bytes": "gpu_memory_total_bytes",
+    "open_fds": "fd_limit",
+    "threads": "threads_limit",
 }
-"""Memory series watched for fast moves, and the series of their limit."""
+"""Series of resources the process may run out of (memory, descriptors, threads) watched for
+fast moves, and the series of their limit."""
 FAST_FILE_SERIES = "event_file_bytes"
 """The event-file series watched for fast growth (all of a run's files, in bytes)."""
 FAST_MEMORY_HORIZON = 3600.0
