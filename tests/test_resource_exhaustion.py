@@ -10,9 +10,10 @@ import pytest
 
 from driftwatch.detect.catalog import default_detectors
 from driftwatch.detect.memory.drift import ResourceDriftDetector
-from driftwatch.detect.memory.resources import RESOURCES, count_rate, human_count
+from driftwatch.detect.memory.resources import RESOURCES
 from driftwatch.findings import Finding, Severity
 from driftwatch.series import Sample
+from driftwatch.units import count_rate, human_count
 
 T0 = 1_700_000_000.0
 INTERVAL = 0.5

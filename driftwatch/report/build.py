@@ -14,9 +14,18 @@ from driftwatch.capture.store import list_captures, run_dir, trace_logdir
 from driftwatch.detect.goodput import Breakdown
 from driftwatch.detect.stats import theil_sen
 from driftwatch.history.reader import HistoryReader, StoredBucket
-from driftwatch.report.model import Line, Panel, Point, Report, SeriesSummary, TrendLine
+from driftwatch.report.model import (
+    FORMATS,
+    RATES,
+    Line,
+    Panel,
+    Point,
+    Report,
+    SeriesSummary,
+    TrendLine,
+)
 from driftwatch.series import WATCHED, Labels, SeriesKey
-from driftwatch.units import human_bytes, human_seconds
+from driftwatch.units import human_seconds
 
 MAX_POINTS = 1000
 """Points per plotted line; longer histories are averaged into this many time bins."""
@@ -144,8 +153,11 @@ def _step_line(buckets: list[StoredBucket]) -> Line:
     return Line("step time", segments, trend, note=note)  # per step: the means are the view
 
 
-def _memory_line(label: str, buckets: list[StoredBucket], limit: float | None) -> Line:
-    """The signal with the newest half's trend projected ahead, and when it meets ``limit``."""
+def _memory_line(
+    label: str, buckets: list[StoredBucket], limit: float | None, unit: str = "bytes"
+) -> Line:
+    """The signal with the newest half's trend projected ahead, and when it meets ``limit``;
+    its amounts in ``unit`` (bytes for memory, a count for descriptors and threads)."""
     segments = _segments(buckets)
     points = [p for segment in segments for p in segment]
     t0, t1 = points[0][0], points[-1][0]
@@ -157,11 +169,11 @@ def _memory_line(label: str, buckets: list[StoredBucket], limit: float | None) -
     if fit is None:
         return _readings(Line(label, segments), buckets)
     ahead = t1 + PROJECTION_SHARE * (t1 - t0)
-    note = f"{human_bytes(fit.slope * 3600)}/h over the newest {human_seconds(t1 - fit.start)}"
+    note = f"{RATES[unit](fit.slope)} over the newest {human_seconds(t1 - fit.start)}"
     shown_limit = None
     if limit is not None and fit.slope > 0:
         reaches = (limit - fit.at(t1)) / fit.slope + t1
-        note += f"; at this rate it reaches {human_bytes(limit)} in {human_seconds(reaches - t1)}"
+        note += f"; at this rate it reaches {FORMATS[unit](limit)} in {human_seconds(reaches - t1)}"
         if reaches <= ahead:
             ahead, shown_limit = max(reaches, t1), limit
     trend = TrendLine(fit.slope, fit.intercept, fit.start, fit.end, ahead)
@@ -202,6 +214,19 @@ def _rss_panels(series: Buckets, title: str) -> list[Panel]:
         return []
     limit = _last_mean(series.get(("memory_limit_bytes", ())))
     return [Panel(title, "bytes", [_memory_line("RSS", rss, limit)])]
+
+
+def _count_panels(name: str, limit_series: str) -> Callable[[Buckets, str], list[Panel]]:
+    """A count's panel (descriptors, threads) with its trend projected to its limit."""
+
+    def panels(series: Buckets, title: str) -> list[Panel]:
+        buckets = series.get((name, ()))
+        if not buckets:
+            return []
+        limit = _last_mean(series.get((limit_series, ())))
+        return [Panel(title, "count", [_memory_line(title, buckets, limit, "count")])]
+
+    return panels
 
 
 def _tf_memory_panels(series: Buckets, title: str) -> list[Panel]:
@@ -245,5 +270,7 @@ _PANELS: dict[str, Callable[[Buckets, str], list[Panel]]] = {
     "gpu_process_memory_bytes": _gpu_memory_panels,
     "event_file_bytes": _event_file_panels,
     "nondisk_write_bytes": _upload_panels,
+    "open_fds": _count_panels("open_fds", "fd_limit"),
+    "threads": _count_panels("threads", "threads_limit"),
 }
 """How the report draws each signal of ``WATCHED`` that has a panel."""

@@ -11,7 +11,7 @@ from driftwatch.capture.store import Capture
 from driftwatch.detect.goodput import Breakdown
 from driftwatch.history.reader import RunRecord, StoredFinding
 from driftwatch.series import Labels
-from driftwatch.units import human_bytes, human_seconds
+from driftwatch.units import count_rate, human_bytes, human_count, human_seconds
 
 Point = tuple[float, float]
 
@@ -48,14 +48,24 @@ class Line:
 @dataclass(frozen=True, slots=True)
 class Panel:
     title: str
-    unit: str  # "bytes" or "seconds"
+    unit: str  # "bytes", "seconds" or "count"
     lines: list[Line]
 
     def format(self, value: float) -> str:
         return FORMATS[self.unit](value)
 
 
-FORMATS: dict[str, Callable[[float], str]] = {"bytes": human_bytes, "seconds": human_seconds}
+FORMATS: dict[str, Callable[[float], str]] = {
+    "bytes": human_bytes,
+    "seconds": human_seconds,
+    "count": human_count,
+}
+"""How a panel's unit reads in its notes and tables."""
+RATES: dict[str, Callable[[float], str]] = {
+    "bytes": lambda slope: f"{human_bytes(slope * 3600)}/h",
+    "count": count_rate,
+}
+"""How a growing signal's rate, given per second, reads in a panel of that unit."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -77,7 +77,20 @@ WATCHED: dict[str, Watched] = {
         also=("memory_limit_bytes",),
     ),
     "cpu_seconds": Watched(view="CPU"),
-    "threads": Watched(view="threads / fds", also=("open_fds",)),
+    "threads": Watched(
+        view="threads",
+        summary="threads",
+        panel="Threads",
+        panel_rank=7,
+        also=("threads_limit",),
+    ),
+    "open_fds": Watched(
+        view="open descriptors",
+        summary="open descriptors",
+        panel="Open descriptors",
+        panel_rank=6,
+        also=("fd_limit",),
+    ),
     "gpu_process_memory_bytes": Watched(
         view="GPU {gpu} memory",
         panel="Memory: GPU {gpu}",

@@ -6,12 +6,11 @@ memory in bytes, open descriptors and threads as counts (docs/resources.md).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from driftwatch.detect.memory.trends import DEFAULT_THRESHOLDS, MemoryThresholds
-from driftwatch.units import human_bytes
+from driftwatch.units import count_rate, human_bytes, human_count
 
 FD_MIN_GROWTH = 16.0
 """Descriptors a descriptor leak adds at least over its window: more than a data loader or
@@ -22,30 +21,11 @@ within seconds starts (a rise within seconds adds 4 times this, read by read).""
 COUNT_JUMP_GROWTHS = 0.25
 """A count's level jump: more than this many times its minimum growth (4 descriptors, 8
 threads), so that a pool or a loader's files, opened at once, is a step and not a trend."""
-PER_MINUTE_BELOW = 1.0
-"""Growth, in items per second, under which a count's rate is told per minute."""
-PER_HOUR_BELOW = 1.0 / 60
-"""Growth, in items per second, under which it is told per hour."""
 
 
 def bytes_per_hour(slope: float) -> str:
     """Memory growth, in bytes a second, as read: ``1.2 GiB/h``."""
     return f"{human_bytes(slope * 3600)}/h"
-
-
-def human_count(value: float) -> str:
-    """A count as read: ``4,552``."""
-    return f"{value:,.0f}" if math.isfinite(value) else "-"
-
-
-def count_rate(slope: float) -> str:
-    """A count's growth, in items a second, per second, minute or hour: ``300/s``,
-    ``12/min``, ``5.2/h``."""
-    if slope >= PER_MINUTE_BELOW:
-        return f"{slope:,.3g}/s"
-    if slope >= PER_HOUR_BELOW:
-        return f"{slope * 60:.3g}/min"
-    return f"{slope * 3600:.3g}/h"
 
 
 @dataclass(frozen=True, slots=True)
