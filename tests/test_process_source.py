@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import math
 import os
 import resource
 import subprocess
@@ -12,6 +13,7 @@ import pytest
 
 from driftwatch.errors import TargetGone
 from driftwatch.series import SERIES
+from driftwatch.sources import limits
 from driftwatch.sources.process import ProcessSource
 from driftwatch.target.process import Target
 
@@ -212,3 +214,25 @@ def test_limits_of_descriptors_and_threads_are_the_targets_soft_limits_and_the_k
     assert read["fd_limit"] == 512
     threads_max = float(Path("/proc/sys/kernel/threads-max").read_text())
     assert 1 <= read["threads_limit"] <= min(3000, threads_max)
+
+
+def test_a_cgroup_limit_is_the_tightest_of_the_cgroup_and_its_ancestors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Expected: pids.max of 500 on the job's cgroup's parent, "max" on the job's own and 800
+    # on the root's child above: 500; v1's controller directory is read the same way.
+    job = tmp_path / "kubepods" / "pod" / "job"
+    job.mkdir(parents=True)
+    (job / "pids.max").write_text("max\n")
+    (job.parent / "pids.max").write_text("500\n")
+    (tmp_path / "kubepods" / "pids.max").write_text("800\n")
+    v1 = tmp_path / "pids" / "docker" / "c1"
+    v1.mkdir(parents=True)
+    (v1 / "pids.max").write_text("300\n")
+    monkeypatch.setattr(limits, "CGROUP_ROOT", tmp_path)
+    monkeypatch.setattr(limits, "_cgroups", lambda pid: [("", "kubepods/pod/job")])
+    assert limits.cgroup_limit(1, "pids", "pids.max", "pids.max") == 500
+    monkeypatch.setattr(limits, "_cgroups", lambda pid: [("pids", "docker/c1"), ("", "/")])
+    assert limits.cgroup_limit(1, "pids", "pids.max", "pids.max") == 300
+    monkeypatch.setattr(limits, "_cgroups", lambda pid: [("memory", "docker/c1")])
+    assert limits.cgroup_limit(1, "pids", "pids.max", "pids.max") == math.inf
