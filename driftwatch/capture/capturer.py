@@ -54,9 +54,11 @@ CAPTURE_KINDS = frozenset(
         "host_memory_drift",
         "tf_memory_drift",
         "gpu_memory_drift",
+        "thread_exhaustion",
     }
 )
-"""Kinds of finding that capture evidence (slowdowns, stalls, leaks), at warning or worse."""
+"""Kinds of finding that capture evidence (slowdowns, stalls, leaks; a thread leak's stack
+dump shows each leaked thread's target and what it waits in), at warning or worse."""
 MIN_GAP_SECONDS = 60.0
 """Seconds between two captures of one run, at least (the reference aside)."""
 KIND_AGAIN_SECONDS = 6 * 3600.0
