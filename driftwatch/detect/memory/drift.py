@@ -343,21 +343,24 @@ class ResourceDriftDetector:
         )
 
     def _jump_findings(self, labels: Labels, jumps: list[Jump]) -> list[Finding]:
-        """The newest upward jump, as the resource's ``step_kind`` (none without one)."""
-        kind = self.resource.step_kind
+        """The newest upward jump, as ``memory_step``, where the resource states its steps."""
         rises = [(t, size) for t, size in jumps if size > 0]
-        if kind is None or not rises:
+        if not self.resource.steps_stated or not rises:
             return []
         t, size = rises[0]
         where = "".join(f" {v}" for _, v in labels)
         amount = self.resource.amount
-        message = (
-            f"{self.what}{where} jumped by {amount.text(size)} at {clock(t)} and then "
-            "stayed flat: a one-off allocation (a bigger batch, a cache, a checkpoint "
-            "buffer), not a leak."
-        )
-        evidence: dict[str, float | str] = {f"jump_{amount.unit}": size, "signal": self.signal}
-        return [Finding(kind, KINDS[kind].severity, t, message, evidence)]
+        return [
+            Finding(
+                "memory_step",
+                KINDS["memory_step"].severity,
+                t,
+                f"{self.what}{where} jumped by {amount.text(size)} at {clock(t)} and then "
+                "stayed flat: a one-off allocation (a bigger batch, a cache, a checkpoint "
+                "buffer), not a leak.",
+                {f"jump_{amount.unit}": size, "signal": self.signal},
+            )
+        ]
 
     def explain(self, trend: Trend) -> tuple[str, dict[str, float | str]]:
         """What to try, and evidence of the cause; subclasses that can tell more, do."""

@@ -74,7 +74,7 @@ class Resource:
     limit_series: str | None  # the series of its limit; None: no limit known
     amount: Amount = BYTES
     thresholds: MemoryThresholds = DEFAULT_THRESHOLDS
-    step_kind: str | None = "memory_step"  # a one-off level jump's finding; None: not stated
+    steps_stated: bool = True  # a one-off level jump is stated (as ``memory_step``)
     limit_what: str = ""  # what its limit is, in its messages: "soft RLIMIT_NOFILE"
     advice: str = HEAP_ADVICE
 
@@ -104,7 +104,7 @@ RESOURCES: dict[str, Resource] = {
         replace(
             DEFAULT_THRESHOLDS, min_growth_amount=FD_MIN_GROWTH, jump_growths=COUNT_JUMP_GROWTHS
         ),
-        step_kind=None,
+        steps_stated=False,
         limit_what="the soft RLIMIT_NOFILE, ulimit -n",
         advice=FD_ADVICE,
     ),
@@ -119,7 +119,7 @@ RESOURCES: dict[str, Resource] = {
             min_growth_amount=THREAD_MIN_GROWTH,
             jump_growths=COUNT_JUMP_GROWTHS,
         ),
-        step_kind=None,
+        steps_stated=False,
         limit_what="the tightest of pids.max, RLIMIT_NPROC and threads-max",
         advice=THREAD_ADVICE,
     ),
