@@ -23,6 +23,7 @@ NPROC_LIMIT = 4096
 
 FIT = """
 import errno, os, sys, threading, time
+from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import keras
 
@@ -54,10 +55,17 @@ class Leak(keras.callbacks.Callback):
                 return
             log.write(str(logs))
             kept.append(log)
-        else:
+        elif mode == "threads":
             worker = threading.Thread(target=stop.wait, daemon=True)
             worker.start()
             kept.append(worker)
+        else:  # a pool of 16 warming up, and 16 files opened at once: steps, not leaks
+            kept.append(batch)
+            if len(kept) == 100:
+                self.pool = ThreadPoolExecutor(16)
+                self.files = [open(os.path.join(logdir, f"shard-{i}"), "w") for i in range(16)]
+            if len(kept) >= 100:
+                self.pool.submit(time.sleep, 0.5)
         if time.time() > end:
             print("timeout", time.time(), len(kept), flush=True)
             self.model.stop_training = True
@@ -154,3 +162,13 @@ def test_a_callback_starting_a_thread_per_batch_is_told_with_its_time_to_the_lim
     )
     assert stored(db, "thread_exhaustion").first_seen - start <= 30.0
     assert first["evidence"]["seconds_to_limit"] == pytest.approx(expected, rel=0.25)
+
+
+def test_a_pool_warming_up_and_files_opened_at_once_are_no_leak(tmp_path: Path) -> None:
+    # Expected: a fit that, 100 batches in, starts a pool of 16 threads (filled as work is
+    # submitted each batch) and opens 16 files at once, then runs on for 30 s: neither
+    # thread_exhaustion nor fd_exhaustion.
+    marks, _ = run_leaking_fit(tmp_path, "--nofile=2048", "pool", "0.02", "30")
+    assert "timeout" in marks, marks
+    kinds = {f["kind"] for f in findings(tmp_path)}
+    assert not kinds & {"thread_exhaustion", "fd_exhaustion"}, kinds
