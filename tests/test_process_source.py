@@ -193,8 +193,8 @@ def test_storage_reads_of_a_process_reading_a_real_file(tmp_path: Path) -> None:
 
 def test_limits_of_descriptors_and_threads_are_the_targets_soft_limits_and_the_kernels() -> None:
     # Expected: a child whose soft RLIMIT_NOFILE is 512 and RLIMIT_NPROC 3000 (or less, when
-    # the hard limit is lower) reads 512 descriptors and at most 3000 threads, no more than
-    # the kernel's threads-max.
+    # the hard limit is lower) reads 512 descriptors and at most 3000 threads (where the
+    # kernel holds it to RLIMIT_NPROC: not as root), no more than the kernel's threads-max.
     def lower_limits() -> None:
         resource.setrlimit(
             resource.RLIMIT_NOFILE, (512, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
@@ -208,12 +208,18 @@ def test_limits_of_descriptors_and_threads_are_the_targets_soft_limits_and_the_k
     )
     try:
         read = {s.series: s.value for s in ProcessSource(Target.attach(child.pid)).sample(0.0)}
+        nproc = 3000 if limits.nproc_applies(child.pid) else math.inf
     finally:
         child.kill()
         child.wait()
     assert read["fd_limit"] == 512
     threads_max = float(Path("/proc/sys/kernel/threads-max").read_text())
-    assert 1 <= read["threads_limit"] <= min(3000, threads_max)
+    assert 1 <= read["threads_limit"] <= min(nproc, threads_max)
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="the kernel's exemption of root, seen as root")
+def test_rlimit_nproc_does_not_hold_a_process_of_root() -> None:
+    assert not limits.nproc_applies(os.getpid())
 
 
 def test_a_cgroup_limit_is_the_tightest_of_the_cgroup_and_its_ancestors(

@@ -26,7 +26,7 @@ PROCESS: dict[str, SeriesSpec] = {
     "threads_limit": SeriesSpec(
         "driftwatch_process_threads_limit",
         "Threads the target may run: the tightest of its cgroup's pids.max, its soft "
-        "RLIMIT_NPROC and the kernel's threads-max.",
+        "RLIMIT_NPROC (not for root, which passes it) and the kernel's threads-max.",
     ),
     "read_bytes": SeriesSpec(
         "driftwatch_process_read_bytes_total",

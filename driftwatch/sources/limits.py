@@ -18,6 +18,9 @@ THREADS_MAX = Path("/proc/sys/kernel/threads-max")
 """The kernel's limit on threads, all processes together (a count)."""
 LIMIT_NAMES = {"fd_limit": "Max open files", "nproc_limit": "Max processes"}
 """The rows of ``/proc/PID/limits`` read, by what they limit."""
+NPROC_EXEMPT_CAPABILITIES = (21, 24)
+"""CAP_SYS_ADMIN and CAP_SYS_RESOURCE: a process with either passes RLIMIT_NPROC, as does
+one whose real user is root."""
 
 
 def _cgroup_limit(directory: Path, name: str) -> float:
@@ -83,6 +86,24 @@ def soft_limits(pid: int) -> dict[str, float]:
     return found
 
 
+def nproc_applies(pid: int) -> bool:
+    """Whether the kernel holds the process to its RLIMIT_NPROC: not when its real user is
+    root nor when it has ``NPROC_EXEMPT_CAPABILITIES`` (``/proc/PID/status``; unreadable:
+    assume it does)."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return True
+    fields = dict(line.split(":", 1) for line in lines if ":" in line)
+    try:
+        real_uid = int(fields["Uid"].split()[0])
+        capabilities = int(fields["CapEff"].strip(), 16)
+    except (KeyError, ValueError, IndexError):
+        return True
+    exempt = any(capabilities >> bit & 1 for bit in NPROC_EXEMPT_CAPABILITIES)
+    return real_uid != 0 and not exempt
+
+
 def _threads_max() -> float:
     try:
         text = THREADS_MAX.read_text().strip()
@@ -94,11 +115,13 @@ def _threads_max() -> float:
 def resource_limits(pid: int) -> dict[str, float]:
     """Each limit series the process source emits: memory (bytes), open descriptors (its
     soft ``RLIMIT_NOFILE``) and threads (the tightest of its cgroup's ``pids.max``, its
-    soft ``RLIMIT_NPROC`` and the kernel's ``threads-max``)."""
+    soft ``RLIMIT_NPROC`` where the kernel holds it to it, and the kernel's
+    ``threads-max``)."""
     soft = soft_limits(pid)
     pids = cgroup_limit(pid, "pids", "pids.max", "pids.max")
+    nproc = soft["nproc_limit"] if nproc_applies(pid) else math.inf
     return {
         "memory_limit_bytes": memory_limit(pid),
         "fd_limit": soft["fd_limit"],
-        "threads_limit": min(pids, soft["nproc_limit"], _threads_max()),
+        "threads_limit": min(pids, nproc, _threads_max()),
     }
