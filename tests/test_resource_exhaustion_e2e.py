@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,8 +20,10 @@ pytestmark = [pytest.mark.tf, pytest.mark.paired]
 
 FD_LIMIT = 2048
 """The job's soft and hard RLIMIT_NOFILE (prlimit)."""
-NPROC_LIMIT = 4096
-"""The job's soft RLIMIT_NPROC (prlimit): root may pass it, but driftwatch reads it."""
+PIDS_MAX = 1024
+"""The pids.max of the cgroup driftwatch and its job run in, for the thread leak."""
+PIDS_V1 = Path("/sys/fs/cgroup/pids")
+"""Where cgroup v1 mounts its pids controller (this test's machines: v1, as root)."""
 
 FIT = """
 import errno, os, sys, threading, time
@@ -57,7 +61,12 @@ class Leak(keras.callbacks.Callback):
             kept.append(log)
         elif mode == "threads":
             worker = threading.Thread(target=stop.wait, daemon=True)
-            worker.start()
+            try:
+                worker.start()
+            except RuntimeError:  # can't start new thread: the cgroup's pids.max
+                print("thread_limit", time.time(), len(kept), flush=True)
+                self.model.stop_training = True
+                return
             kept.append(worker)
         else:  # a pool of 16 warming up, and 16 files opened at once: steps, not leaks
             kept.append(batch)
@@ -76,9 +85,12 @@ print("threads_end", time.time(), threading.active_count(), flush=True)
 """
 
 
-def run_leaking_fit(tmp_path: Path, limit: str, *args: str) -> tuple[dict[str, list[float]], Path]:
+def run_leaking_fit(
+    tmp_path: Path, limit: str, *args: str, cgroup: Path | None = None
+) -> tuple[dict[str, list[float]], Path]:
     """Run the fit under ``driftwatch run`` with its defaults, its limits set by ``prlimit
-    limit``; the job's marks (name: numbers) and the history database."""
+    limit`` (and both in ``cgroup``, if given); the job's marks (name: numbers) and the
+    history database."""
     script = tmp_path / "train.py"
     script.write_text(FIT)
     logs = tmp_path / "logs"
@@ -94,14 +106,39 @@ def run_leaking_fit(tmp_path: Path, limit: str, *args: str) -> tuple[dict[str, l
         timeout=280,
         check=False,
         env={**os.environ, **TF_ENV, **ONE_THREAD},
+        preexec_fn=None if cgroup is None else lambda: join_cgroup(cgroup),
     )
     assert result.returncode == 0, result.stderr[-3000:]
     marks = {}
     for line in result.stdout.splitlines():
         name, *numbers = line.split()
-        if name in ("leak_start", "emfile", "timeout", "threads_end"):
+        if name in ("leak_start", "emfile", "thread_limit", "timeout", "threads_end"):
             marks[name] = [float(n) for n in numbers]
     return marks, db
+
+
+def join_cgroup(cgroup: Path) -> None:
+    """Move the calling process into ``cgroup`` (before it runs driftwatch)."""
+    (cgroup / "cgroup.procs").write_text(str(os.getpid()))
+
+
+@pytest.fixture
+def pids_cgroup() -> Iterator[Path]:
+    """A new cgroup (v1's pids controller) whose pids.max is ``PIDS_MAX``; skipped where
+    none can be made (not root, cgroup v2 only)."""
+    cgroup = PIDS_V1 / f"driftwatch-test-{os.getpid()}"
+    try:
+        cgroup.mkdir()
+        (cgroup / "pids.max").write_text(str(PIDS_MAX))
+    except OSError as err:
+        pytest.skip(f"no pids cgroup of our own here: {err}")
+    yield cgroup
+    for _ in range(50):  # the job's last tasks leave as it exits
+        try:
+            cgroup.rmdir()
+            return
+        except OSError:
+            time.sleep(0.1)
 
 
 def stored(db: Path, kind: str) -> StoredFinding:
@@ -140,28 +177,35 @@ def test_a_callback_leaking_a_log_file_per_batch_is_told_before_it_runs_out(
     assert predicted - seen == pytest.approx(emfile - seen, rel=0.25)
 
 
-def test_a_callback_starting_a_thread_per_batch_is_told_with_its_time_to_the_limit(
-    tmp_path: Path,
+def test_a_callback_starting_a_thread_per_batch_is_told_before_it_runs_out(
+    tmp_path: Path, pids_cgroup: Path
 ) -> None:
     # Expected: a fit whose callback starts a never-ending thread per batch, about 40 a
-    # second for 40 s, under a soft RLIMIT_NPROC of 4,096 (reached some 100 s in at that
-    # rate; root passes it, so the job goes on): thread_exhaustion, critical, within 30 s of
-    # the leak's start, its time to the limit within 25 % of what the job's own rate gives.
-    marks, db = run_leaking_fit(tmp_path, f"--nproc={NPROC_LIMIT}", "threads", "0.02", "40")
-    start, (end, leaked) = marks["leak_start"][0], marks["timeout"]
-    rate = leaked / (end - start)
-    first = next(f for f in findings(tmp_path) if f["kind"] == "thread_exhaustion")
-    assert first["severity"] == "critical"
-    limit = first["evidence"]["limit_threads"]
-    assert limit <= NPROC_LIMIT
-    level = first["evidence"]["level_threads"]
-    expected = (limit - level) / rate
-    print(
-        f"thread leak: {rate:.1f}/s, predicted {first['evidence']['seconds_to_limit']:.1f} s "
-        f"to the limit from {level:.0f}, the job's own rate gives {expected:.1f} s"
+    # second, in a cgroup whose pids.max is 1,024 (driftwatch's own tasks in it too): the
+    # job cannot start a thread some 25 s into the leak. thread_exhaustion, critical, within
+    # 30 s of the leak's start and before that moment, its first projected moment within
+    # 25 % of the time that was actually left.
+    marks, db = run_leaking_fit(
+        tmp_path, "--nofile=4096", "threads", "0.02", "150", cgroup=pids_cgroup
     )
-    assert stored(db, "thread_exhaustion").first_seen - start <= 30.0
-    assert first["evidence"]["seconds_to_limit"] == pytest.approx(expected, rel=0.25)
+    assert "thread_limit" in marks, marks
+    start, hit = marks["leak_start"][0], marks["thread_limit"][0]
+    first = next(f for f in findings(tmp_path) if f["kind"] == "thread_exhaustion")
+    evidence = first["evidence"]
+    assert first["severity"] == "critical"
+    assert evidence["limit_threads"] == PIDS_MAX
+    seen = stored(db, "thread_exhaustion").first_seen
+    predicted = seen + evidence["seconds_to_limit"]
+    rate = marks["thread_limit"][1] / (hit - start)
+    print(
+        f"thread leak: {rate:.1f}/s on average, "
+        f"{evidence['slope_threads_per_hour'] / 3600:.1f}/s when seen at "
+        f"{evidence['level_threads']:.0f}, {seen - start:.1f} s into the leak; the limit "
+        f"predicted in {predicted - seen:.1f} s, came in {hit - seen:.1f} s"
+    )
+    assert seen - start <= 30.0
+    assert seen < hit
+    assert predicted - seen == pytest.approx(hit - seen, rel=0.25)
 
 
 def test_a_pool_warming_up_and_files_opened_at_once_are_no_leak(tmp_path: Path) -> None:
