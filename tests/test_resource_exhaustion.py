@@ -3,8 +3,10 @@ of ``RESOURCES``'s rows, on synthetic samples read every 0.5 s as a young target
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -157,3 +159,28 @@ def test_a_thread_started_every_few_batches_is_critical_within_seconds() -> None
     assert t - (T0 + 20.0) <= 30.0
     actual = T0 + 20.0 + (96365.0 - 15.0) / 45.0 - t
     assert finding.evidence["seconds_to_limit"] == pytest.approx(actual, rel=0.25)
+
+
+RECORDED = Path(__file__).parent / "data" / "startup" / "fields"
+"""Real jobs' start-ups and first minutes, every process field every 0.5 s (threads among
+them; ``bench/detection/record_startup.py --fields``)."""
+
+
+@pytest.mark.parametrize("path", sorted(RECORDED.glob("*.jsonl")), ids=lambda p: p.stem)
+def test_recorded_jobs_threads_climbing_through_their_start_up_are_no_leak(path: Path) -> None:
+    # Expected: TensorFlow's pools starting (1 -> 8-26 threads) in fits and custom loops,
+    # healthy or leaking memory, judged against a pids.max of 1,024: no thread_exhaustion,
+    # live or at the end.
+    detector = ResourceDriftDetector(RESOURCES["threads"])
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    detector.observe(Sample("threads_limit", 1024.0, rows[0]["t"]))
+    found: list[Finding] = []
+    next_evaluation = rows[0]["t"]
+    for row in rows:
+        if row["series"] in detector.series:
+            detector.observe(Sample(row["series"], row["value"], row["t"]))
+        if row["t"] >= next_evaluation:
+            found += detector.evaluate(row["t"]).findings
+            next_evaluation = row["t"] + EVALUATE_EVERY
+    assert found == []
+    assert detector.conclude(rows[-1]["t"]).findings == ()
