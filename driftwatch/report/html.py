@@ -308,7 +308,7 @@ def _ticks(low: float, high: float, unit: str) -> list[tuple[float, str]]:
     first = math.ceil(low / step)
     count = math.floor(high / step) - first + 1
     return [
-        ((first + i) * step * factor, f"{(first + i) * step:.{decimals}f} {name}")
+        ((first + i) * step * factor, f"{(first + i) * step:.{decimals}f} {name}".rstrip())
         for i in range(count)
     ]
 
