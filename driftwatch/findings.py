@@ -55,6 +55,18 @@ KINDS: dict[str, KindSpec] = {
     ),
     "gpu_memory_drift": KindSpec("GPU memory drift", Severity.WARNING, "driftwatchgpumemorydrift"),
     "memory_step": KindSpec("One-off memory step", Severity.INFO, "driftwatchmemorystep"),
+    "fd_exhaustion": KindSpec(
+        "Open descriptors growing towards their limit", Severity.WARNING, "driftwatchfdexhaustion"
+    ),
+    "disk_exhaustion": KindSpec(
+        "A filesystem the job writes to filling up", Severity.WARNING, "driftwatchdiskexhaustion"
+    ),
+    "zombie_children": KindSpec(
+        "Unreaped child processes piling up", Severity.WARNING, "driftwatchzombiechildren"
+    ),
+    "thread_exhaustion": KindSpec(
+        "Threads growing towards their limit", Severity.WARNING, "driftwatchthreadexhaustion"
+    ),
     "event_file_growth": KindSpec(
         "Event-file bytes per step growing", Severity.WARNING, "driftwatcheventfilegrowth"
     ),

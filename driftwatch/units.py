@@ -19,6 +19,29 @@ def human_bytes(value: float) -> str:
     return f"{sign}{value:.1f} TiB"
 
 
+PER_MINUTE_BELOW = 1.0
+"""Growth, in items per second, under which a count's rate is told per minute."""
+PER_HOUR_BELOW = 1.0 / 60
+"""Growth, in items per second, under which it is told per hour."""
+
+
+def human_count(value: float) -> str:
+    """A count as read: ``4,552``; ``-`` when unknown."""
+    return f"{value:,.0f}" if math.isfinite(value) else "-"
+
+
+def count_rate(slope: float) -> str:
+    """A count's growth, given in items a second, per second, minute or hour: ``300/s``,
+    ``12/min``, ``5.2/h``; ``-`` when unknown."""
+    if not math.isfinite(slope):
+        return "-"
+    if abs(slope) >= PER_MINUTE_BELOW:
+        return f"{slope:,.3g}/s"
+    if abs(slope) >= PER_HOUR_BELOW:
+        return f"{slope * 60:.3g}/min"
+    return f"{slope * 3600:.3g}/h"
+
+
 def human_seconds(value: float) -> str:
     """``12.3 ms``, ``4.2 s``, ``17.0 min``, ``5.1 h``, ``3.2 days``; ``-`` when unknown."""
     if not math.isfinite(value):

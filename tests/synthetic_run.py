@@ -1,7 +1,8 @@
 """A run recorded into a real history at an accelerated clock, with known drifts and findings.
 
 Three hours at 10 s ticks: step time steps up by half at 1:30, RSS leaks 40 MiB/h from the
-start, event files grow, uploads run at a steady rate. The findings are stated as the
+start, event files grow, uploads run at a steady rate, a thread a minute or so leaks
+(100 an hour) while descriptors stay flat. The findings are stated as the
 detectors would state them (the detectors themselves are tested on their own).
 """
 
@@ -59,6 +60,10 @@ def samples_at(t: float) -> list[Sample]:
         Sample("event_file_bytes", 20 * MIB * hours, t),
         Sample("event_file_largest_bytes", 12 * MIB * hours, t),
         Sample("nondisk_write_bytes", 5 * MIB * hours, t),
+        Sample("threads", 20.0 + round(100 * hours), t),
+        Sample("threads_limit", 1024.0, t),
+        Sample("open_fds", 30.0, t),
+        Sample("fd_limit", 1024.0, t),
     ]
 
 

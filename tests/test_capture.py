@@ -23,6 +23,7 @@ from driftwatch.capture.capturer import (
     STACK_KEY,
     Capturer,
 )
+from driftwatch.capture.descriptors import describe_descriptors, descriptor_group
 from driftwatch.capture.stack import INSTALL_HINT, dump_stacks
 from driftwatch.capture.store import (
     REFERENCE,
@@ -434,3 +435,42 @@ def test_a_finding_made_after_the_job_exited_captures_nothing_and_says_nothing(
     assert annotated == [finding("gradual_slowdown")]
     assert caplog.records == []
     assert not (tmp_path / "run").exists()
+
+
+def test_a_descriptor_leak_dumps_what_the_descriptors_point_to_grouped(
+    tmp_path: Path, python_child: subprocess.Popen[bytes]
+) -> None:
+    # Expected: a child holding 40 log files batch-0.log .. batch-39.log open: the dump of an
+    # fd_exhaustion finding begins with one group of 40 for them, the largest, then the
+    # stacks; a dump that cannot have py-spy still lists the descriptors.
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    code = (
+        "import sys, time\n"
+        f"files = [open('{logs}/batch-%d.log' % i, 'w') for i in range(40)]\n"
+        "print('open', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == "open\n"
+        listing = describe_descriptors(child.pid)
+
+        def no_py_spy(pid: int) -> str:
+            raise CaptureUnavailable(f"no stack dump: py-spy is not installed ({INSTALL_HINT})")
+
+        capturer = Capturer(tmp_path / "run", child.pid, None, no_py_spy)
+        capturer.annotate(1000.0, [finding("fd_exhaustion")], Store())
+        capturer.close(None, "")  # type: ignore[arg-type]  # waits for the dump
+        annotated = capturer.annotate(1001.0, [finding("fd_exhaustion")], Store())
+    finally:
+        child.kill()
+        child.wait()
+    first_group = listing.splitlines()[1].split()
+    assert first_group[:2] == ["40", f"{logs}/batch-*.log"]
+    dumped = Path(str(annotated[0].evidence[STACK_KEY])).read_text()
+    assert dumped.startswith(f"Open descriptors of process {child.pid}: ")
+    assert f"{logs}/batch-*.log" in dumped
+    assert INSTALL_HINT in dumped
+    assert descriptor_group("socket:[81234]") == "socket:[*]"

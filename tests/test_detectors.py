@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -14,8 +15,9 @@ from driftwatch.detect import Detector, Engine, Evaluation
 from driftwatch.detect.basic import StallDetector
 from driftwatch.detect.catalog import default_detectors
 from driftwatch.detect.growth import PerStepGrowthDetector, UnrotatedEventFileDetector
-from driftwatch.detect.memory.drift import MemoryDriftDetector
+from driftwatch.detect.memory.drift import ResourceDriftDetector
 from driftwatch.detect.memory.host import HostMemoryDetector
+from driftwatch.detect.memory.resources import RESOURCES
 from driftwatch.detect.memory.trends import MemoryThresholds
 from driftwatch.detect.periodic_stalls import PeriodicStallDetector
 from driftwatch.detect.slow_callbacks import SlowCallbackDetector
@@ -432,9 +434,7 @@ def test_a_long_validation_is_no_stall_but_a_longer_silence_is() -> None:
 
 
 def test_gpu_memory_uses_the_gpus_total_as_limit() -> None:
-    detector = MemoryDriftDetector(
-        "gpu_process_memory_bytes", "gpu_memory_drift", "GPU memory", "gpu_memory_total_bytes"
-    )
+    detector = ResourceDriftDetector(RESOURCES["gpu_memory"])
     gpu = (("gpu", "0"),)
     samples = [Sample("gpu_memory_total_bytes", 16.0 * GIB, T0, gpu), Sample("train_step", 1, T0)]
     samples += [
@@ -609,9 +609,7 @@ def test_memory_trends_are_judged_on_floors_not_on_spikes() -> None:
         share = 0.1 if i < 4 * 360 else 0.5
         spike = 512 * MIB if rng.random() < share else 0.0
         samples.append(Sample("tf_allocator_current_bytes", 6 * GIB + spike, T0 + 10 * i))
-    detector = MemoryDriftDetector(
-        "tf_allocator_current_bytes", "tf_memory_drift", "TF memory", None
-    )
+    detector = ResourceDriftDetector(replace(RESOURCES["tf_memory"], limit_series=None))
     assert alarms(feed(detector, samples)) == []
 
 

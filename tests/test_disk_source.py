@@ -14,6 +14,9 @@ import pytest
 from driftwatch.series import Sample
 from driftwatch.sources.disk import DiskSource, mount_point, written_directories
 from driftwatch.target.process import Target
+from tests.conftest import TF_ENV
+from tests.test_custom_loop_hook import ONE_THREAD, findings
+from tests.test_resource_exhaustion_e2e import stored
 
 MIB = 1 << 20
 
@@ -94,3 +97,81 @@ def test_a_logdir_is_watched_before_anything_is_written_and_pseudo_filesystems_n
     mounts = {dict(s.labels)["mount"] for s in source.sample(time.time())}
     assert str(small_filesystem) in mounts
     assert "/proc" not in mounts
+
+
+# -- a real Keras job filling its checkpoint directory ----------------------------------
+
+CHECKPOINTING_FIT = """
+import errno, os, sys, time
+import numpy as np
+import keras
+
+keras.utils.set_random_seed(0)
+model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16), keras.layers.Dense(1)])
+model.compile("sgd", "mse")
+x = np.zeros((64 * 32, 8), "float32")
+y = np.zeros((64 * 32, 1), "float32")
+payload = os.urandom(1 << 20)
+
+
+class KeepEveryCheckpoint(keras.callbacks.Callback):
+    saved = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        time.sleep(0.25)  # a 1-MiB checkpoint every quarter second, none ever removed
+        if not self.saved:
+            print("first_save", time.time(), flush=True)
+        try:
+            with open(f"checkpoint-{self.saved}.bin", "wb") as out:
+                out.write(payload)
+        except OSError as err:
+            if err.errno != errno.ENOSPC:
+                raise
+            print("full", time.time(), flush=True)
+            self.model.stop_training = True
+            return
+        self.saved += 1
+
+
+model.fit(x, y, batch_size=32, epochs=1000, verbose=0, callbacks=[KeepEveryCheckpoint()])
+"""
+
+
+@pytest.mark.tf
+@pytest.mark.paired
+def test_checkpoints_filling_a_small_filesystem_are_told_before_it_is_full(
+    small_filesystem: Path, tmp_path: Path
+) -> None:
+    # Expected: a fit that keeps a 1-MiB checkpoint every quarter second in its working
+    # directory, a 16-MiB tmpfs made larger here (96 MiB: full some 30-40 s in): under
+    # driftwatch run with its defaults, disk_exhaustion naming that mount, critical, before
+    # ENOSPC, its first projected moment of being full within 25 % of the time actually left.
+    subprocess.run(["mount", "-o", "remount,size=96m", str(small_filesystem)], check=True)
+    script = tmp_path / "train.py"
+    script.write_text(CHECKPOINTING_FIT)
+    db = tmp_path / "h.db"
+    command = [sys.executable, "-m", "driftwatch", "run", "--listen", "127.0.0.1:0"]
+    command += ["--findings", str(tmp_path / "findings.jsonl"), "--db", str(db), "--"]
+    result = subprocess.run(
+        [*command, sys.executable, str(script)],
+        cwd=small_filesystem,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+        env={**os.environ, **TF_ENV, **ONE_THREAD},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    marks = {
+        line.split()[0]: float(line.split()[1])
+        for line in result.stdout.splitlines()
+        if line.startswith(("first_save", "full"))
+    }
+    assert "full" in marks, result.stdout[-2000:]
+    first = next(f for f in findings(tmp_path) if f["kind"] == "disk_exhaustion")
+    assert first["severity"] == "critical"
+    assert str(small_filesystem) in first["message"]
+    seen = stored(db, "disk_exhaustion").first_seen
+    left = first["evidence"]["seconds_to_limit"]
+    assert seen < marks["full"]
+    assert left == pytest.approx(marks["full"] - seen, rel=0.25)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -19,6 +19,7 @@ from driftwatch.series import SERIES, Sample
 from driftwatch.sources.job import JobSource
 from driftwatch.target.process import Target
 from tests.test_custom_loop_hook import findings, history_series, run_under_driftwatch
+from tests.test_resource_exhaustion import leak, run
 
 MIB = 1 << 20
 
@@ -204,6 +205,23 @@ def test_workers_started_once_are_a_step_not_a_leak() -> None:
         detector.observe(Sample("workers_memory_limit_bytes", 8192 * MIB, t))
     kinds = {f.kind for f in detector.evaluate(T0 + 120).findings}
     assert "worker_memory_drift" not in kinds
+
+
+def zombies_judged(level: Callable[[float], float], seconds: float) -> set[str]:
+    """The kinds the zombie row of ``RESOURCES`` reports live, fed a count every 0.5 s."""
+    _, found = run("zombies", level, 1024.0, seconds)
+    return {finding.kind for _, finding in found}
+
+
+def test_unreaped_children_piling_up_towards_the_pid_limit_are_a_finding() -> None:
+    # Expected: 2 more zombies a second, from 10, against 1,024 PIDs: reached in minutes,
+    # found within a minute of the pile-up.
+    assert zombies_judged(leak(20.0, 10.0, 2.0), 80.0) == {"zombie_children"}
+
+
+def test_a_pool_that_exits_at_once_and_stays_unreaped_is_no_pile_up() -> None:
+    # Expected: 16 workers exit together and stay zombies (a step), then nothing more.
+    assert zombies_judged(lambda s: 16.0 if s >= 30 else 0.0, 90.0) == set()
 
 
 # -- a real Keras job ----------------------------------------------------------------------

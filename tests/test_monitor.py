@@ -381,6 +381,19 @@ def test_memory_heading_for_its_limit_makes_sampling_fast_and_judging_frequent_a
     assert cadence.evaluate_every(later, signals) == SETTLED_EVALUATE_SECONDS
 
 
+def test_descriptors_heading_for_their_limit_make_sampling_fast_but_one_opened_does_not() -> None:
+    # Expected: against a limit of 1,024, one more descriptor in 2 s (17 minutes away at that
+    # pace) is churn; 40 more in 2 s (25 s away) is fast and urgent.
+    signals = FastSignals()
+    now = 10_000.0
+    signals.observe([Sample("fd_limit", 1024.0, now), Sample("open_fds", 100.0, now)])
+    signals.observe([Sample("open_fds", 101.0, now + 2)])
+    assert signals.last_fast == -math.inf
+    signals.observe([Sample("open_fds", 141.0, now + 4)])
+    assert signals.last_fast == now + 4
+    assert signals.urgent_at(now + 4)
+
+
 def test_sampling_is_fast_while_event_files_grow_a_gibibyte_an_hour() -> None:
     signals = FastSignals()
     signals.observe([Sample("event_file_bytes", 0.0, 0.0)])

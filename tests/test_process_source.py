@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import math
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -11,6 +13,7 @@ import pytest
 
 from driftwatch.errors import TargetGone
 from driftwatch.series import SERIES
+from driftwatch.sources import limits
 from driftwatch.sources.process import ProcessSource
 from driftwatch.target.process import Target
 
@@ -186,3 +189,56 @@ def test_storage_reads_of_a_process_reading_a_real_file(tmp_path: Path) -> None:
     # Both reads pass through read(); only the first reaches the storage device.
     assert after["read_syscall_bytes"] - before["read_syscall_bytes"] >= 2 * size
     assert size <= after["read_bytes"] - before["read_bytes"] < 2 * size
+
+
+def test_limits_of_descriptors_and_threads_are_the_targets_soft_limits_and_the_kernels() -> None:
+    # Expected: a child whose soft RLIMIT_NOFILE is 512 and RLIMIT_NPROC 3000 (or less, when
+    # the hard limit is lower) reads 512 descriptors and at most 3000 threads (where the
+    # kernel holds it to RLIMIT_NPROC: not as root), no more than the kernel's threads-max.
+    def lower_limits() -> None:
+        resource.setrlimit(
+            resource.RLIMIT_NOFILE, (512, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+        )
+        hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+        soft = 3000 if hard == resource.RLIM_INFINITY else min(3000, hard)
+        resource.setrlimit(resource.RLIMIT_NPROC, (soft, hard))
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"], preexec_fn=lower_limits
+    )
+    try:
+        read = {s.series: s.value for s in ProcessSource(Target.attach(child.pid)).sample(0.0)}
+        nproc = 3000 if limits.nproc_applies(child.pid) else math.inf
+    finally:
+        child.kill()
+        child.wait()
+    assert read["fd_limit"] == 512
+    threads_max = float(Path("/proc/sys/kernel/threads-max").read_text())
+    assert 1 <= read["threads_limit"] <= min(nproc, threads_max)
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="the kernel's exemption of root, seen as root")
+def test_rlimit_nproc_does_not_hold_a_process_of_root() -> None:
+    assert not limits.nproc_applies(os.getpid())
+
+
+def test_a_cgroup_limit_is_the_tightest_of_the_cgroup_and_its_ancestors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Expected: pids.max of 500 on the job's cgroup's parent, "max" on the job's own and 800
+    # on the root's child above: 500; v1's controller directory is read the same way.
+    job = tmp_path / "kubepods" / "pod" / "job"
+    job.mkdir(parents=True)
+    (job / "pids.max").write_text("max\n")
+    (job.parent / "pids.max").write_text("500\n")
+    (tmp_path / "kubepods" / "pids.max").write_text("800\n")
+    v1 = tmp_path / "pids" / "docker" / "c1"
+    v1.mkdir(parents=True)
+    (v1 / "pids.max").write_text("300\n")
+    monkeypatch.setattr(limits, "CGROUP_ROOT", tmp_path)
+    monkeypatch.setattr(limits, "_cgroups", lambda pid: [("", "kubepods/pod/job")])
+    assert limits.cgroup_limit(1, "pids", "pids.max", "pids.max") == 500
+    monkeypatch.setattr(limits, "_cgroups", lambda pid: [("pids", "docker/c1"), ("", "/")])
+    assert limits.cgroup_limit(1, "pids", "pids.max", "pids.max") == 300
+    monkeypatch.setattr(limits, "_cgroups", lambda pid: [("memory", "docker/c1")])
+    assert limits.cgroup_limit(1, "pids", "pids.max", "pids.max") == math.inf

@@ -47,6 +47,17 @@ def test_text_summary_of_the_latest_run(db: Path) -> None:
     assert "    cause 2: Storage reads (score 1.4: read bytes per second 0.95 MiB/s -> -)" in out
 
 
+def test_threads_and_descriptors_have_their_panels_with_the_time_to_their_limit(db: Path) -> None:
+    # Expected: threads leak 100 an hour from 20 towards 1,024 (300 at the end, some 7 hours
+    # left); descriptors flat at 30 of 1,024: each its panel, the threads' with that time.
+    result = run_cli("report", "--db", str(db))
+    assert result.returncode == 0, result.stderr
+    threads = re.search(r"Threads: 2\d -> 3\d\d, peak 3\d\d; (.*)", result.stdout)
+    assert threads, result.stdout
+    assert re.match(r"1\.\d+/min over the newest .*; at this rate it reaches 1,024 in", threads[1])
+    assert "Open descriptors: 30 -> 30, peak 30" in result.stdout
+
+
 def test_json_is_one_document_with_run_series_and_findings(db: Path) -> None:
     result = run_cli("report", "train", "--db", str(db), "--json")
     assert result.returncode == 0, result.stderr
@@ -145,7 +156,8 @@ def test_html_is_self_contained_and_renders_plots_in_chromium(
     assert "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")
 
     dom = headless(chromium, tmp_path / "profile-dom", "--dump-dom", page.as_uri()).stdout
-    assert dom.count("<svg") == 5  # step time, RSS, TF memory, event files, uploads
+    # step time, RSS, TF memory, event files, uploads, open descriptors, threads
+    assert dom.count("<svg") == 7
     assert dom.count("<polyline") >= 6
     assert "host_memory_drift" in dom
 

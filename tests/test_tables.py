@@ -31,12 +31,26 @@ def _kind_positions(trees: list[ast.Module]) -> dict[str, int]:
     positions = {"Finding": [f.name for f in dataclasses.fields(Finding)].index("kind")}
     for tree in trees:
         for cls in (node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)):
+            names = _dataclass_fields(cls)
             for item in cls.body:
                 if isinstance(item, ast.FunctionDef) and item.name == "__init__":
                     names = [arg.arg for arg in item.args.args[1:]]  # after self
-                    if "kind" in names:
-                        positions[cls.name] = names.index("kind")
+            if "kind" in names:
+                positions[cls.name] = names.index("kind")
     return positions
+
+
+def _dataclass_fields(cls: ast.ClassDef) -> list[str]:
+    """The fields of ``cls`` in order if it is a dataclass (a table's row, such as a
+    resource naming its kind), else none."""
+    decorators = [d.func if isinstance(d, ast.Call) else d for d in cls.decorator_list]
+    if not any(isinstance(d, ast.Name) and d.id == "dataclass" for d in decorators):
+        return []
+    return [
+        item.target.id
+        for item in cls.body
+        if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+    ]
 
 
 def _callee(call: ast.Call, cls: ast.ClassDef | None, positions: dict[str, int]) -> str | None:

@@ -125,3 +125,25 @@ def test_the_view_says_no_event_files_were_found_while_their_source_looks() -> N
     values[("event_file_largest_bytes", ())] = 2 * MIB
     rows = dict(signal_rows(Snapshot("train", INFO, START, 1, values, looking)))
     assert rows["event files"].startswith("2 files, 3.0 MiB")
+
+
+def test_threads_and_descriptors_show_their_limits_their_trend_and_their_summary() -> None:
+    # Expected: threads flat at 15 of 96,365; descriptors climbing 300 a second towards
+    # 20,000 for 10 s: the rows give each count of its limit, the climbing one its rate, and
+    # the summary each one's start, peak, end and limit.
+    store = Store()
+    values: dict[SeriesKey, float] = {}
+    for i in range(21):
+        t = START + i * 0.5
+        readings = {"threads": 15.0, "threads_limit": 96365.0}
+        readings |= {"open_fds": 6.0 + 150 * i, "fd_limit": 20000.0}
+        for series, value in readings.items():
+            store.add(Sample(series, value, t))
+            values[(series, ())] = value
+    last = Snapshot("train", INFO, t, 21, values, store=store)
+    rows = dict(signal_rows(last))
+    assert rows["threads"] == "15 of 96,365"
+    assert rows["open descriptors"] == "3,006 of 20,000 (+300/s)"
+    summary = render_summary(last, [], "process 1234 has exited", START)
+    assert "threads: 15 at start, peak 15, 15 at the end, limit 96,365" in summary
+    assert "open descriptors: 6 at start, peak 3,006, 3,006 at the end, limit 20,000" in summary

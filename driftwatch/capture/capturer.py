@@ -23,6 +23,7 @@ from pathlib import Path
 
 import psutil
 
+from driftwatch.capture.descriptors import describe_descriptors
 from driftwatch.capture.stack import dump_stacks
 from driftwatch.capture.store import (
     REFERENCE,
@@ -36,7 +37,7 @@ from driftwatch.capture.store import (
 from driftwatch.channel.paths import ChannelError, traces_dir
 from driftwatch.channel.requests import TraceRequest, write_request
 from driftwatch.channel.wire import CaptureStatus
-from driftwatch.errors import DriftwatchError
+from driftwatch.errors import CaptureUnavailable, DriftwatchError
 from driftwatch.findings import CAPTURE_ERROR, CAPTURE_EVIDENCE, Finding, Severity
 from driftwatch.runtime.snapshot import Snapshot
 from driftwatch.runtime.store import Store
@@ -54,9 +55,15 @@ CAPTURE_KINDS = frozenset(
         "host_memory_drift",
         "tf_memory_drift",
         "gpu_memory_drift",
+        "thread_exhaustion",
+        "fd_exhaustion",
     }
 )
-"""Kinds of finding that capture evidence (slowdowns, stalls, leaks), at warning or worse."""
+"""Kinds of finding that capture evidence (slowdowns, stalls, leaks; a thread leak's stack
+dump shows each leaked thread's target and what it waits in; a descriptor leak's dump begins
+with what the descriptors point to), at warning or worse."""
+DESCRIPTOR_KINDS = frozenset({"fd_exhaustion"})
+"""Kinds whose dump begins with the job's open descriptors, grouped (``describe_descriptors``)."""
 MIN_GAP_SECONDS = 60.0
 """Seconds between two captures of one run, at least (the reference aside)."""
 KIND_AGAIN_SECONDS = 6 * 3600.0
@@ -194,7 +201,7 @@ class Capturer:
     def _dump_to(self, kind: str, path: Path) -> None:
         try:
             with self._dumping:  # one at a time: a process has one tracer (ptrace) at once
-                text = self._dump(self._pid)
+                text = self._dump_text(kind)
             path.write_text(text, encoding="utf-8")
             path.chmod(0o600)
         except (DriftwatchError, OSError) as err:
@@ -205,6 +212,18 @@ class Capturer:
         log.info("driftwatch: stacks of process %d in %s", self._pid, path)
         self._note(kind, {STACK_KEY: str(path)}, dropped=(STACK_ERROR_KEY,))
         enforce_caps(self.directory)
+
+    def _dump_text(self, kind: str) -> str:
+        """The stacks; for ``DESCRIPTOR_KINDS``, the open descriptors first (and the stacks
+        if they can be had: the listing needs no py-spy)."""
+        if kind not in DESCRIPTOR_KINDS:
+            return self._dump(self._pid)
+        listing = describe_descriptors(self._pid)
+        try:
+            stacks = self._dump(self._pid)
+        except CaptureUnavailable as err:
+            stacks = f"{err}\n"
+        return f"{listing}\n{stacks}"
 
     def _maybe_reference(self, now: float, store: Store) -> None:
         hook = self._hook

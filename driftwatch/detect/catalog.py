@@ -2,34 +2,39 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from driftwatch.detect import Detector, Engine
 from driftwatch.detect.basic import NonFiniteDetector, StallDetector
 from driftwatch.detect.causes.ranker import CauseRanker
 from driftwatch.detect.gpu_utilization import LowGpuUtilizationDetector
 from driftwatch.detect.growth import growth_detectors
 from driftwatch.detect.input_bound import InputBoundDetector
-from driftwatch.detect.memory.drift import AllocatorMemoryDetector, MemoryDriftDetector
+from driftwatch.detect.memory.drift import AllocatorMemoryDetector, ResourceDriftDetector
 from driftwatch.detect.memory.host import HostMemoryDetector
+from driftwatch.detect.memory.resources import RESOURCES
 from driftwatch.detect.memory.workers import WorkerMemoryDetector
 from driftwatch.detect.periodic_stalls import PeriodicStallDetector
 from driftwatch.detect.slow_callbacks import SlowCallbackDetector
 from driftwatch.detect.slowdown.live import SlowdownDetector
 
+RESOURCE_DETECTORS: dict[str, Callable[[], Detector]] = {
+    "host_memory": HostMemoryDetector,
+    "tf_memory": AllocatorMemoryDetector,
+    "worker_memory": WorkerMemoryDetector,
+}
+"""Rows of ``RESOURCES`` judged by a detector that tells more (a leak's class, a device's
+limit); every other row by ``ResourceDriftDetector`` itself."""
 
-def memory_detectors() -> list[Detector]:
-    """Host RSS, worker processes', TensorFlow allocator and GPU process memory drift
-    detectors."""
-    return [
-        HostMemoryDetector(),
-        WorkerMemoryDetector(),
-        AllocatorMemoryDetector(),
-        MemoryDriftDetector(
-            "gpu_process_memory_bytes",
-            "gpu_memory_drift",
-            "GPU memory of the process",
-            "gpu_memory_total_bytes",
-        ),
-    ]
+
+def resource_detectors() -> list[Detector]:
+    """One drift detector per resource a job can run out of: memory (host RSS, the worker
+    processes', TensorFlow allocator, GPU process memory), open descriptors, threads."""
+    detectors: list[Detector] = []
+    for name, resource in RESOURCES.items():
+        special = RESOURCE_DETECTORS.get(name)
+        detectors.append(special() if special is not None else ResourceDriftDetector(resource))
+    return detectors
 
 
 def default_detectors() -> list[Detector]:
@@ -37,7 +42,7 @@ def default_detectors() -> list[Detector]:
         SlowdownDetector(),
         PeriodicStallDetector(),
         SlowCallbackDetector(),
-        *memory_detectors(),
+        *resource_detectors(),
         *growth_detectors(),
         NonFiniteDetector(),
         StallDetector(),

@@ -14,9 +14,18 @@ from driftwatch.capture.store import list_captures, run_dir, trace_logdir
 from driftwatch.detect.goodput import Breakdown
 from driftwatch.detect.stats import theil_sen
 from driftwatch.history.reader import HistoryReader, StoredBucket
-from driftwatch.report.model import Line, Panel, Point, Report, SeriesSummary, TrendLine
+from driftwatch.report.model import (
+    FORMATS,
+    RATES,
+    Line,
+    Panel,
+    Point,
+    Report,
+    SeriesSummary,
+    TrendLine,
+)
 from driftwatch.series import WATCHED, Labels, SeriesKey
-from driftwatch.units import human_bytes, human_seconds, rate_unit
+from driftwatch.units import human_seconds, rate_unit
 
 MAX_POINTS = 1000
 """Points per plotted line; longer histories are averaged into this many time bins."""
@@ -146,8 +155,11 @@ def _step_line(buckets: list[StoredBucket]) -> Line:
     return Line("step time", segments, trend, note=note)  # per step: the means are the view
 
 
-def _memory_line(label: str, buckets: list[StoredBucket], limit: float | None) -> Line:
-    """The signal with the newest half's trend projected ahead, and when it meets ``limit``."""
+def _memory_line(
+    label: str, buckets: list[StoredBucket], limit: float | None, unit: str = "bytes"
+) -> Line:
+    """The signal with the newest half's trend projected ahead, and when it meets ``limit``;
+    its amounts in ``unit`` (bytes for memory, a count for descriptors and threads)."""
     segments = _segments(buckets)
     points = [p for segment in segments for p in segment]
     t0, t1 = points[0][0], points[-1][0]
@@ -160,12 +172,11 @@ def _memory_line(label: str, buckets: list[StoredBucket], limit: float | None) -
         return _readings(Line(label, segments), buckets)
     ahead = t1 + PROJECTION_SHARE * (t1 - t0)
     span = t1 - fit.start
-    seconds, symbol, _ = rate_unit(span)
-    note = f"{human_bytes(fit.slope * seconds)}/{symbol} over the newest {human_seconds(span)}"
+    note = f"{RATES[unit](fit.slope, span)} over the newest {human_seconds(span)}"
     shown_limit = None
     if limit is not None and fit.slope > 0:
         reaches = (limit - fit.at(t1)) / fit.slope + t1
-        note += f"; at this rate it reaches {human_bytes(limit)} in {human_seconds(reaches - t1)}"
+        note += f"; at this rate it reaches {FORMATS[unit](limit)} in {human_seconds(reaches - t1)}"
         if reaches <= ahead:
             ahead, shown_limit = max(reaches, t1), limit
     trend = TrendLine(fit.slope, fit.intercept, fit.start, fit.end, ahead)
@@ -216,6 +227,19 @@ def _workers_panels(series: Buckets, title: str) -> list[Panel]:
     return [Panel(title, "bytes", [_memory_line("workers", workers, limit)])]
 
 
+def _count_panels(name: str, limit_series: str) -> Callable[[Buckets, str], list[Panel]]:
+    """A count's panel (descriptors, threads) with its trend projected to its limit."""
+
+    def panels(series: Buckets, title: str) -> list[Panel]:
+        buckets = series.get((name, ()))
+        if not buckets:
+            return []
+        limit = _last_mean(series.get((limit_series, ())))
+        return [Panel(title, "count", [_memory_line(title, buckets, limit, "count")])]
+
+    return panels
+
+
 def _tf_memory_panels(series: Buckets, title: str) -> list[Panel]:
     return [
         Panel(
@@ -258,5 +282,7 @@ _PANELS: dict[str, Callable[[Buckets, str], list[Panel]]] = {
     "gpu_process_memory_bytes": _gpu_memory_panels,
     "event_file_bytes": _event_file_panels,
     "nondisk_write_bytes": _upload_panels,
+    "open_fds": _count_panels("open_fds", "fd_limit"),
+    "threads": _count_panels("threads", "threads_limit"),
 }
 """How the report draws each signal of ``WATCHED`` that has a panel."""

@@ -295,6 +295,7 @@ def _chart(panel: Panel, findings: list[StoredFinding], span: tuple[float, float
 SCALES = {
     "bytes": ((2.0**40, "TiB"), (2.0**30, "GiB"), (2.0**20, "MiB"), (2.0**10, "KiB"), (1.0, "B")),
     "seconds": ((3600.0, "h"), (60.0, "min"), (1.0, "s"), (1e-3, "ms"), (1e-6, "µs")),
+    "count": ((1e6, "M"), (1e3, "k"), (1.0, "")),
 }
 
 
@@ -313,7 +314,7 @@ def _ticks(low: float, high: float, unit: str) -> list[tuple[float, str]]:
     first = math.ceil(low / step)
     count = math.floor(high / step) - first + 1
     return [
-        ((first + i) * step * factor, f"{(first + i) * step:.{decimals}f} {name}")
+        ((first + i) * step * factor, f"{(first + i) * step:.{decimals}f} {name}".rstrip())
         for i in range(count)
     ]
 

@@ -11,7 +11,7 @@ from driftwatch.capture.store import Capture
 from driftwatch.detect.goodput import Breakdown
 from driftwatch.history.reader import RunRecord, StoredFinding
 from driftwatch.series import Labels
-from driftwatch.units import human_bytes, human_seconds
+from driftwatch.units import count_rate, human_bytes, human_count, human_seconds, rate_unit
 
 Point = tuple[float, float]
 
@@ -48,14 +48,34 @@ class Line:
 @dataclass(frozen=True, slots=True)
 class Panel:
     title: str
-    unit: str  # "bytes" or "seconds"
+    unit: str  # "bytes", "seconds" or "count"
     lines: list[Line]
 
     def format(self, value: float) -> str:
         return FORMATS[self.unit](value)
 
 
-FORMATS: dict[str, Callable[[float], str]] = {"bytes": human_bytes, "seconds": human_seconds}
+FORMATS: dict[str, Callable[[float], str]] = {
+    "bytes": human_bytes,
+    "seconds": human_seconds,
+    "count": human_count,
+}
+"""How a panel's unit reads in its notes and tables."""
+
+
+def bytes_rate(slope: float, span: float) -> str:
+    """Growth in bytes a second, seen over ``span`` seconds, per the longest unit the span
+    holds: a 14-s climb in MiB/s, hours of growth in GiB/h."""
+    seconds, symbol, _ = rate_unit(span)
+    return f"{human_bytes(slope * seconds)}/{symbol}"
+
+
+RATES: dict[str, Callable[[float, float], str]] = {
+    "bytes": bytes_rate,
+    "count": lambda slope, span: count_rate(slope),
+}
+"""How a growing signal's rate, given per second and seen over a span of seconds, reads in
+a panel of that unit (counts pick their unit by their size)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,15 +52,22 @@ FAST_HOLD_SECONDS = 60.0
 """Sampling stays fast this many seconds after a signal last moved fast."""
 FAST_EVENT_FILE_RATE = (1 << 30) / 3600
 """Event-file bytes per second that count as moving fast (1 GiB/h)."""
-FAST_MEMORY_LIMITS = {
+FAST_RESOURCE_LIMITS = {
     "rss_bytes": "memory_limit_bytes",
     "gpu_process_memory_bytes": "gpu_memory_total_bytes",
+    "open_fds": "fd_limit",
+    "threads": "threads_limit",
 }
-"""Memory series watched for fast moves, and the series of their limit."""
+"""Series of resources the process may run out of (memory, descriptors, threads) watched for
+fast moves, and the series of their limit."""
+FAST_MIN_RISES = {"open_fds": 4.0, "threads": 4.0}
+"""Counts' rises between two readings under which they are churn, never fast: a file
+opened or a worker started alone would otherwise keep sampling fast under a low limit."""
 FAST_FILE_SERIES = "event_file_bytes"
 """The event-file series watched for fast growth (all of a run's files, in bytes)."""
 FAST_MEMORY_HORIZON = 3600.0
-"""Seconds within which memory, at its latest rate, would reach its limit: moving fast."""
+"""Seconds within which memory, descriptors or threads, at their latest rate, would reach
+their limit: moving fast."""
 
 
 class EvidenceAnnotator(Protocol):
@@ -322,10 +329,11 @@ def watch(
 
 
 class FastSignals:
-    """Notices a signal moving fast: memory that would reach its limit within
-    ``FAST_MEMORY_HORIZON`` at its rate since the previous sample (urgent: an OOM kill ends
-    the run), or event files growing ``FAST_EVENT_FILE_RATE`` or more (a disk fills in hours).
-    Only the newest two readings of a few series are kept."""
+    """Notices a signal moving fast: memory, descriptors or threads that would reach their
+    limit within ``FAST_MEMORY_HORIZON`` at their rate since the previous sample (urgent: an
+    OOM kill, EMFILE or a thread that cannot start ends the run), or event files growing
+    ``FAST_EVENT_FILE_RATE`` or more (a disk fills in hours). Only the newest two readings of
+    a few series are kept."""
 
     def __init__(self) -> None:
         self.last_fast = -math.inf
@@ -346,12 +354,12 @@ class FastSignals:
         return now < self.last_urgent + FAST_HOLD_SECONDS
 
     def observe(self, samples: Sequence[Sample]) -> None:
-        limits = FAST_MEMORY_LIMITS.values()
+        limits = FAST_RESOURCE_LIMITS.values()
         for sample in samples:
             if sample.series in limits:
                 self._limits[(sample.series, sample.labels)] = sample.value
         for sample in samples:
-            if sample.series in FAST_MEMORY_LIMITS or sample.series == FAST_FILE_SERIES:
+            if sample.series in FAST_RESOURCE_LIMITS or sample.series == FAST_FILE_SERIES:
                 self._check(sample)
 
     def _check(self, sample: Sample) -> None:
@@ -360,14 +368,15 @@ class FastSignals:
         self._previous[key] = (sample.t, sample.value)
         if previous is None or not sample.t > previous[0]:
             return
-        rate = (sample.value - previous[1]) / (sample.t - previous[0])
-        if not rate > 0:
+        rise = sample.value - previous[1]
+        rate = rise / (sample.t - previous[0])
+        if not rate > 0 or rise < FAST_MIN_RISES.get(sample.series, 0.0):
             return
         if sample.series == FAST_FILE_SERIES:
             if rate >= FAST_EVENT_FILE_RATE:
                 self.last_fast = max(self.last_fast, sample.t)
             return
-        limit_series = FAST_MEMORY_LIMITS[sample.series]
+        limit_series = FAST_RESOURCE_LIMITS[sample.series]
         limit = self._limits.get(
             (limit_series, sample.labels), self._limits.get((limit_series, ()), math.nan)
         )

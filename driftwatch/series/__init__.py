@@ -79,12 +79,25 @@ WATCHED: dict[str, Watched] = {
         also=("memory_limit_bytes",),
     ),
     "cpu_seconds": Watched(view="CPU"),
-    "threads": Watched(view="threads / fds", also=("open_fds",)),
+    "threads": Watched(
+        view="threads",
+        summary="threads",
+        panel="Threads",
+        panel_rank=7,
+        also=("threads_limit",),
+    ),
+    "open_fds": Watched(
+        view="open descriptors",
+        summary="open descriptors",
+        panel="Open descriptors",
+        panel_rank=6,
+        also=("fd_limit",),
+    ),
     "workers_memory_bytes": Watched(
         view="workers",
         summary="workers",
         panel="Memory: worker processes",
-        panel_rank=6,
+        panel_rank=8,
         also=("job_processes", "largest_worker_memory_bytes", "workers_memory_limit_bytes"),
     ),
     "gpu_process_memory_bytes": Watched(

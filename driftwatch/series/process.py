@@ -19,6 +19,15 @@ PROCESS: dict[str, SeriesSpec] = {
     ),
     "threads": SeriesSpec("driftwatch_process_threads", "Threads in the target."),
     "open_fds": SeriesSpec("driftwatch_process_open_fds", "Open file descriptors of the target."),
+    "fd_limit": SeriesSpec(
+        "driftwatch_process_max_fds",
+        "Descriptors the target may open: its soft RLIMIT_NOFILE (Max open files).",
+    ),
+    "threads_limit": SeriesSpec(
+        "driftwatch_process_threads_limit",
+        "Threads the target may run: the tightest of its cgroup's pids.max, its soft "
+        "RLIMIT_NPROC (not for root, which passes it) and the kernel's threads-max.",
+    ),
     "read_bytes": SeriesSpec(
         "driftwatch_process_read_bytes_total",
         "Bytes the target caused to be read from storage.",

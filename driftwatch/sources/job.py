@@ -24,7 +24,8 @@ import re
 from dataclasses import dataclass
 
 from driftwatch.series import Sample
-from driftwatch.sources.process import LIMIT_REFRESH_SECONDS, memory_limit
+from driftwatch.sources.limits import memory_limit
+from driftwatch.sources.process import LIMIT_REFRESH_SECONDS
 from driftwatch.target.pidns import start_ticks
 from driftwatch.target.process import Target, read_proc_file
 from driftwatch.target.tree import Descendant, descendant_pids, describe, is_zombie

@@ -1,20 +1,19 @@
 """Process source: memory, CPU, threads, descriptors and I/O of the target (/proc, psutil),
-and the parts of its resident memory (anonymous, file-backed, shared) from ``/proc/PID/status``."""
+the parts of its resident memory (anonymous, file-backed, shared) from ``/proc/PID/status``,
+and the limits of its memory, descriptors and threads (``driftwatch.sources.limits``)."""
 
 from __future__ import annotations
 
 import math
 import os
 import re
-from pathlib import Path
 
 import psutil
 
 from driftwatch.series import Sample
+from driftwatch.sources.limits import resource_limits
 from driftwatch.target.process import Target, read_proc_file, translate_psutil
 
-CGROUP_ROOT = Path("/sys/fs/cgroup")
-UNLIMITED = 1 << 62  # cgroup v1 writes "no limit" as a huge page-rounded number
 LIMIT_REFRESH_SECONDS = 60.0
 STATUS_FIELDS = {
     b"VmRSS": "rss_bytes",
@@ -73,38 +72,6 @@ def io_values(pid: int) -> tuple[int, int, int, int]:
     return counts[0], counts[1], counts[2], counts[3]
 
 
-def _cgroup_limit(directory: Path, name: str) -> float:
-    """The smallest memory limit set on ``directory`` or its ancestors; inf if none."""
-    limit = math.inf
-    for level in (directory, *directory.parents):
-        try:
-            text = (level / name).read_text().strip()
-        except OSError:
-            continue
-        if text.isdigit() and int(text) < UNLIMITED:
-            limit = min(limit, float(text))
-        if level == CGROUP_ROOT:
-            break
-    return limit
-
-
-def memory_limit(pid: int) -> float:
-    """What the process may use: its cgroup's memory limit (v2 or v1), else host memory."""
-    limit = float(psutil.virtual_memory().total)
-    try:
-        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
-    except OSError:
-        return limit
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        if controllers == "":  # cgroup v2
-            limit = min(limit, _cgroup_limit(CGROUP_ROOT / path.lstrip("/"), "memory.max"))
-        elif "memory" in controllers.split(","):
-            directory = CGROUP_ROOT / "memory" / path.lstrip("/")
-            limit = min(limit, _cgroup_limit(directory, "memory.limit_in_bytes"))
-    return limit
-
-
 class ProcessSource:
     """Reads the target's ``/proc/PID/stat`` once per sample (liveness, CPU, threads), its
     ``status`` (memory), ``io`` (I/O counters) and ``fd`` (descriptors)."""
@@ -113,7 +80,7 @@ class ProcessSource:
 
     def __init__(self, target: Target) -> None:
         self._target = target
-        self._limit = math.nan
+        self._limits: dict[str, float] = {}
         self._limit_read_at = -math.inf
 
     def sample(self, now: float) -> list[Sample]:
@@ -139,9 +106,9 @@ class ProcessSource:
         if math.isnan(values["rss_bytes"]):
             values["rss_bytes"] = target.read_stat().rss_bytes
         if now - self._limit_read_at >= LIMIT_REFRESH_SECONDS:
-            self._limit = memory_limit(target.pid)
+            self._limits = resource_limits(target.pid)
             self._limit_read_at = now
-        values["memory_limit_bytes"] = self._limit
+        values.update({k: v for k, v in self._limits.items() if math.isfinite(v)})
         return [Sample(series, float(value), now) for series, value in values.items()]
 
     def close(self) -> None:

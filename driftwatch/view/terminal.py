@@ -20,7 +20,7 @@ from driftwatch.findings import Finding, Severity
 from driftwatch.runtime.snapshot import Snapshot
 from driftwatch.runtime.store import SeriesView
 from driftwatch.series import WATCHED, Labels
-from driftwatch.units import clock, human_bytes, human_seconds
+from driftwatch.units import clock, count_rate, human_bytes, human_count, human_seconds
 
 RATE_WINDOW_SECONDS = 300.0
 """Seconds of raw samples behind a growth rate shown."""
@@ -129,8 +129,24 @@ def _cpu_rows(r: _Reader, label: str) -> list[Row]:
     return [(label, f"{cpu:.0f}%" if math.isfinite(cpu) else "-")]
 
 
-def _thread_rows(r: _Reader, label: str) -> list[Row]:
-    return [(label, f"{r.value('threads'):.0f} / {r.value('open_fds'):.0f}")]
+def _count_rows(series: str, limit_series: str) -> Callable[[_Reader, str], list[Row]]:
+    """A count's row (threads, open descriptors): the count, its limit and its trend once
+    one shows (``trend_per_second``)."""
+
+    def rows(r: _Reader, label: str) -> list[Row]:
+        count = r.value(series)
+        if not math.isfinite(count):
+            return [(label, "-")]
+        reading = human_count(count)
+        limit = r.value(limit_series)
+        if math.isfinite(limit):
+            reading += f" of {human_count(limit)}"
+        rate = trend_per_second(r.history(series))
+        if rate > 0:  # False while NaN
+            reading += f" (+{count_rate(rate)})"
+        return [(label, reading)]
+
+    return rows
 
 
 def _workers_rows(r: _Reader, label: str) -> list[Row]:
@@ -251,7 +267,8 @@ def _goodput_rows(r: _Reader, label: str) -> list[Row]:
 _VIEW_ROWS: dict[str, Callable[[_Reader, str], list[Row]]] = {
     "rss_bytes": _rss_rows,
     "cpu_seconds": _cpu_rows,
-    "threads": _thread_rows,
+    "threads": _count_rows("threads", "threads_limit"),
+    "open_fds": _count_rows("open_fds", "fd_limit"),
     "workers_memory_bytes": _workers_rows,
     "gpu_process_memory_bytes": _gpu_memory_rows,
     "event_file_bytes": _event_file_rows,
@@ -325,6 +342,24 @@ def _memory_summary(series: str, r: _Reader, label: str) -> list[str]:
     ]
 
 
+def _count_summary(series: str, limit_series: str) -> Callable[[_Reader, str], list[str]]:
+    """A count's summary line (threads, open descriptors): at the start, its peak, at the
+    end, and its limit."""
+
+    def lines(r: _Reader, label: str) -> list[str]:
+        history = r.history(series)
+        if history is None or history.first is None:
+            return []
+        line = (
+            f"{label}: {human_count(history.first[1])} at start, peak "
+            f"{human_count(history.peak)}, {human_count(r.value(series))} at the end"
+        )
+        limit = r.value(limit_series)
+        return [line + (f", limit {human_count(limit)}" if math.isfinite(limit) else "")]
+
+    return lines
+
+
 def _event_file_summary(r: _Reader, label: str) -> list[str]:
     events = r.history("event_file_bytes")
     if events is None or events.first is None:
@@ -354,6 +389,8 @@ def _goodput_summary(r: _Reader, label: str) -> list[str]:
 _SUMMARY_LINES: dict[str, Callable[[_Reader, str], list[str]]] = {
     "rss_bytes": functools.partial(_memory_summary, "rss_bytes"),
     "workers_memory_bytes": functools.partial(_memory_summary, "workers_memory_bytes"),
+    "threads": _count_summary("threads", "threads_limit"),
+    "open_fds": _count_summary("open_fds", "fd_limit"),
     "event_file_bytes": _event_file_summary,
     "step_seconds": _step_summary,
     "wall_seconds": _goodput_summary,

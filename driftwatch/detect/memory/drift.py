@@ -1,4 +1,6 @@
-"""Memory drift: slope, significance and time to the limit, per signal, at several scales.
+"""Drift of a resource a job can run out of: slope, significance and time to the limit, per
+signal, at several scales. One detector class judges every row of ``RESOURCES`` (memory in
+bytes; open descriptors and threads as counts, docs/resources.md); memory's rows are below.
 
 Each signal (host RSS, TensorFlow's allocator, GPU process memory) is averaged into
 consecutive windows at several widths (1.5 s to 10 min) and the newest ``points`` means of
@@ -28,6 +30,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from driftwatch.detect import Evaluation
+from driftwatch.detect.memory.resources import RESOURCES, Resource
 from driftwatch.detect.memory.startup import (
     LOADING_SERIES,
     STARTUP_MAX_LOADING_SECONDS,
@@ -36,7 +39,6 @@ from driftwatch.detect.memory.startup import (
     StartUp,
 )
 from driftwatch.detect.memory.trends import (
-    DEFAULT_THRESHOLDS,
     MIN_READINGS,
     RAPID_MAX_WIDTH,
     READINGS_KEPT,
@@ -51,7 +53,7 @@ from driftwatch.detect.memory.whole_run import CONCLUDE_MIN_POINTS, whole_run_tr
 from driftwatch.detect.windows import WindowMeans
 from driftwatch.findings import JUDGED_AT_END, KINDS, WHOLE_RUN, Finding, Severity
 from driftwatch.series import Labels, Sample
-from driftwatch.units import clock, human_bytes, human_seconds
+from driftwatch.units import clock, human_seconds
 
 
 @dataclass
@@ -69,26 +71,21 @@ class _Signal:
     )
 
 
-class MemoryDriftDetector:
-    """Drift of one memory signal, reported as ``kind`` with projected time to the limit."""
+class ResourceDriftDetector:
+    """Drift of one resource's signal (a row of ``RESOURCES``: memory, open descriptors,
+    threads), reported as its kind with projected time to its limit."""
 
-    def __init__(
-        self,
-        signal: str,
-        kind: str,
-        what: str,
-        limit_series: str | None,
-        thresholds: MemoryThresholds = DEFAULT_THRESHOLDS,
-    ) -> None:
-        self.name = kind
-        self.what = what
-        self.signal = signal
-        wanted = {signal, "epoch_seconds", "train_step"}
-        if limit_series is not None:
-            wanted.add(limit_series)
+    def __init__(self, resource: Resource, thresholds: MemoryThresholds | None = None) -> None:
+        self.resource = resource
+        self.name = resource.kind
+        self.what = resource.what
+        self.signal = resource.signal
+        wanted = {resource.signal, "epoch_seconds", "train_step"}
+        if resource.limit_series is not None:
+            wanted.add(resource.limit_series)
         self.series = frozenset(wanted)
-        self.limit_series = limit_series
-        self.thresholds = thresholds
+        self.limit_series = resource.limit_series
+        self.thresholds = resource.thresholds if thresholds is None else thresholds
         self._signals: dict[Labels, _Signal] = {}
         self._limits: dict[Labels, float] = {}
         self._epochs = 0
@@ -237,46 +234,53 @@ class MemoryDriftDetector:
     def _finding(
         self, labels: Labels, trend: Trend, limit: float, severity: Severity, *, ended: bool = False
     ) -> Finding:
-        where = "".join(f" {v}" for _, v in labels)
-        per_hour = trend.slope * 3600
-        remaining = trend.time_to(limit)
-        if ended:
-            message = (
-                f"{self.what}{where} grew steadily by {human_bytes(per_hour)}/h from about "
-                f"{clock(trend.since)} until the run ended (to {human_bytes(trend.level)}, "
-                f"{trend.points} windows of {trend.width:g} s, Mann-Kendall p={trend.p:.1g})"
-            )
-            if math.isfinite(remaining):
-                message += (
-                    f"; had it gone on, it would have reached its limit of {human_bytes(limit)} "
-                    f"in {human_seconds(remaining)}"
-                )
-        else:
-            message = (
-                f"{self.what}{where} is growing by {human_bytes(per_hour)}/h since about "
-                f"{clock(trend.since)} (now {human_bytes(trend.level)}, "
-                f"Mann-Kendall p={trend.p:.1g})"
-            )
-            if math.isfinite(remaining):
-                message += (
-                    f"; at this rate it reaches its limit of {human_bytes(limit)} in "
-                    f"{human_seconds(remaining)}"
-                )
         advice, extra_evidence = self.explain(trend)
-        message += ". " + advice
+        message = self._message(labels, trend, limit, ended) + ". " + advice
+        unit = self.resource.amount.unit
         evidence: dict[str, float | str] = {
-            "slope_bytes_per_hour": per_hour,
-            "level_bytes": trend.level,
+            f"slope_{unit}_per_hour": trend.slope * 3600,
+            f"level_{unit}": trend.level,
             "p_value": trend.p,
             "window_seconds": trend.width,
-            "seconds_to_limit": remaining,
+            "seconds_to_limit": trend.time_to(limit),
         }
         if math.isfinite(limit):
-            evidence["limit_bytes"] = limit
+            evidence[f"limit_{unit}"] = limit
         if ended:
             evidence[JUDGED_AT_END] = WHOLE_RUN
         evidence.update(extra_evidence)
         return Finding(self.name, severity, trend.since, message, evidence)
+
+    def _message(self, labels: Labels, trend: Trend, limit: float, ended: bool) -> str:
+        """What grows, how fast since when, its level and when it reaches its limit."""
+        where = "".join(f" {v}" for _, v in labels)
+        amount = self.resource.amount
+        remaining = trend.time_to(limit)
+        limit_text = amount.text(limit)
+        if self.resource.limit_what:
+            limit_text += f" ({self.resource.limit_what})"
+        if ended:
+            message = (
+                f"{self.what}{where} grew steadily by {amount.rate(trend.slope)} from about "
+                f"{clock(trend.since)} until the run ended (to {amount.text(trend.level)}, "
+                f"{trend.points} windows of {trend.width:g} s, Mann-Kendall p={trend.p:.1g})"
+            )
+            if math.isfinite(remaining):
+                message += (
+                    f"; had it gone on, it would have reached its limit of {limit_text} "
+                    f"in {human_seconds(remaining)}"
+                )
+            return message
+        message = (
+            f"{self.what}{where} is growing by {amount.rate(trend.slope)} since about "
+            f"{clock(trend.since)} (now {amount.text(trend.level)}, "
+            f"Mann-Kendall p={trend.p:.1g})"
+        )
+        if math.isfinite(remaining):
+            message += (
+                f"; at this rate it reaches its limit of {limit_text} in {human_seconds(remaining)}"
+            )
+        return message
 
     # -- the end of a run --------------------------------------------------------------
 
@@ -335,50 +339,41 @@ class MemoryDriftDetector:
         """Growth over the tested window relative to the smallest worth reporting."""
         grown = trend.slope * trend.points * trend.width
         return grown / max(
-            self.thresholds.min_growth_bytes, self.thresholds.min_growth * trend.level
+            self.thresholds.min_growth_amount, self.thresholds.min_growth * trend.level
         )
 
     def _jump_findings(self, labels: Labels, jumps: list[Jump]) -> list[Finding]:
-        findings = []
-        for t, size in jumps:
-            if size <= 0:
-                continue
-            where = "".join(f" {v}" for _, v in labels)
-            findings.append(
-                Finding(
-                    "memory_step",
-                    KINDS["memory_step"].severity,
-                    t,
-                    f"{self.what}{where} jumped by {human_bytes(size)} at {clock(t)} and then "
-                    "stayed flat: a one-off allocation (a bigger batch, a cache, a checkpoint "
-                    "buffer), not a leak.",
-                    {"jump_bytes": size, "signal": self.signal},
-                )
+        """The newest upward jump, as ``memory_step``, where the resource states its steps."""
+        rises = [(t, size) for t, size in jumps if size > 0]
+        if not self.resource.steps_stated or not rises:
+            return []
+        t, size = rises[0]
+        where = "".join(f" {v}" for _, v in labels)
+        amount = self.resource.amount
+        return [
+            Finding(
+                "memory_step",
+                KINDS["memory_step"].severity,
+                t,
+                f"{self.what}{where} jumped by {amount.text(size)} at {clock(t)} and then "
+                "stayed flat: a one-off allocation (a bigger batch, a cache, a checkpoint "
+                "buffer), not a leak.",
+                {f"jump_{amount.unit}": size, "signal": self.signal},
             )
-            break  # the newest jump is enough
-        return findings
+        ]
 
     def explain(self, trend: Trend) -> tuple[str, dict[str, float | str]]:
         """What to try, and evidence of the cause; subclasses that can tell more, do."""
-        return (
-            "Take two heap snapshots some minutes apart (tracemalloc, memray) and compare, "
-            "or run it under driftwatch run to let the hook tell tensors from Python state."
-        ), {}
+        return self.resource.advice, {}
 
 
-class AllocatorMemoryDetector(MemoryDriftDetector):
+class AllocatorMemoryDetector(ResourceDriftDetector):
     """TensorFlow allocator memory, judged against its device's limit: a GPU's total memory
     (NVML's ``gpu`` index matched to TensorFlow's ``GPU:<index>``), else the process's
     memory limit (a CPU device allocates host memory)."""
 
-    def __init__(self, thresholds: MemoryThresholds = DEFAULT_THRESHOLDS) -> None:
-        super().__init__(
-            "tf_allocator_current_bytes",
-            "tf_memory_drift",
-            "TensorFlow allocator memory",
-            "memory_limit_bytes",
-            thresholds,
-        )
+    def __init__(self, thresholds: MemoryThresholds | None = None) -> None:
+        super().__init__(RESOURCES["tf_memory"], thresholds)
         self.series = self.series | {"gpu_memory_total_bytes"}
         self._gpu_totals: dict[str, float] = {}
 

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from driftwatch.causes import LEAK_CLASSES, UNKNOWN_LEAK_CLASS
-from driftwatch.detect.memory.drift import MemoryDriftDetector
+from driftwatch.detect.memory.drift import ResourceDriftDetector
+from driftwatch.detect.memory.resources import RESOURCES
 from driftwatch.detect.memory.startup import LOADING_SERIES
-from driftwatch.detect.memory.trends import DEFAULT_THRESHOLDS, MemoryThresholds, Trend
+from driftwatch.detect.memory.trends import MemoryThresholds, Trend
 from driftwatch.detect.stats import mann_kendall, theil_sen
 from driftwatch.detect.windows import WindowMeans
 from driftwatch.series import Labels, Sample
@@ -52,7 +53,7 @@ class AllocatorTrend:
     slope: float = math.nan
 
 
-class HostMemoryDetector(MemoryDriftDetector):
+class HostMemoryDetector(ResourceDriftDetector):
     """Host RSS drift, with the likely leak class from how TF memory and tracing behave.
 
     TF allocator memory is kept at the same scales as RSS, so the class is judged over the
@@ -60,10 +61,8 @@ class HostMemoryDetector(MemoryDriftDetector):
     hook's tracing count or, without the hook (custom loops), TF's retracing warnings.
     """
 
-    def __init__(self, thresholds: MemoryThresholds = DEFAULT_THRESHOLDS) -> None:
-        super().__init__(
-            "rss_bytes", "host_memory_drift", "host memory (RSS)", "memory_limit_bytes", thresholds
-        )
+    def __init__(self, thresholds: MemoryThresholds | None = None) -> None:
+        super().__init__(RESOURCES["host_memory"], thresholds)
         self.series = self.series | {
             "tf_allocator_current_bytes",
             "tracing_count",

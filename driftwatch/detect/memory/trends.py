@@ -78,7 +78,8 @@ class TrendAnalysis:
 
 @dataclass(frozen=True, slots=True)
 class MemoryThresholds:
-    """What counts as drift; the defaults are tuned on ``bench/detection``."""
+    """What counts as drift of a resource; the defaults, memory's, are tuned on
+    ``bench/detection``. Amounts are in the resource's unit (bytes for memory)."""
 
     points: int = 24  # newest window means tested per scale
     min_points: int = 8
@@ -87,7 +88,8 @@ class MemoryThresholds:
     warmup_seconds: float = 3600.0
     warmup_epochs: int = 2
     min_growth: float = 0.005  # a leak grows at least this share of the level over its window
-    min_growth_bytes: float = 16 * MIB  # and at least this much
+    min_growth_amount: float = 16 * MIB  # and at least this much (the resource's unit: bytes)
+    jump_growths: float = 4.0  # a level jump: more than this many ``min_growth_amount``
     fast_horizon: float = 3600.0  # urgent: the limit is reached sooner than this
     min_span: float = 1200.0  # a leak holds at least this long
     scales: tuple[float, ...] = SCALES_SECONDS
@@ -110,7 +112,7 @@ STEEP_READINGS = 7
 STEEP_MAX_GAP = 1.0
 """Seconds between two readings beyond which they are too sparse for the steep test."""
 STEEP_MIN_GROWTH = 4
-"""Steep growth adds at least this many times ``min_growth_bytes`` over its readings."""
+"""Steep growth adds at least this many times ``min_growth_amount`` over its readings."""
 SLOWING = 0.8
 """Share of its older half's rate below which a newer half's rise is levelling off."""
 SLOWING_MIN_HALF_SPAN = 60.0
@@ -161,7 +163,7 @@ def analyse_scale(
         analysis.rapid.append(rapid)
     if len(scale.means) < thresholds.min_points:
         return analysis
-    smallest_jump = max(thresholds.min_growth_bytes * 4, 0.005 * level)
+    smallest_jump = max(thresholds.min_growth_amount * thresholds.jump_growths, 0.005 * level)
     flat = bool(floors.min() == floors.max())  # idle memory (not NaN): no jump, every slope 0
     splits = [] if flat else level_jumps(floors, min_jump=smallest_jump, k=4.0)
     for i in splits:
@@ -260,7 +262,7 @@ def _even_rise(
         return None
     if (
         not np.all(np.diff(floors) > 0)
-        or floors[-1] - floors[0] < thresholds.min_growth_bytes
+        or floors[-1] - floors[0] < thresholds.min_growth_amount
         or not _even(times, floors)
     ):
         return None
@@ -298,7 +300,7 @@ def _rates(times: np.ndarray, floors: np.ndarray) -> np.ndarray:
 
 def steep_rise(times: np.ndarray, values: np.ndarray, thresholds: MemoryThresholds) -> Trend | None:
     """Growth read by read: every reading higher than the last, none by a jump, keeping its
-    pace, and adding ``STEEP_MIN_GROWTH`` times ``min_growth_bytes`` (more than a GC cycle
+    pace, and adding ``STEEP_MIN_GROWTH`` times ``min_growth_amount`` (more than a GC cycle
     or a cache swings) over ``STEEP_READINGS`` readings taken close together. Seen seconds
     before window floors could show it; a one-off jump within a second rises in a reading
     or two and then stops."""
@@ -307,7 +309,7 @@ def steep_rise(times: np.ndarray, values: np.ndarray, thresholds: MemoryThreshol
     rises = np.diff(values)
     if (
         not np.all(rises > 0)
-        or values[-1] - values[0] < STEEP_MIN_GROWTH * thresholds.min_growth_bytes
+        or values[-1] - values[0] < STEEP_MIN_GROWTH * thresholds.min_growth_amount
         or rises.max() > RAPID_EVEN * rises.min()
     ):
         return None

@@ -11,7 +11,6 @@ import numpy as np
 
 from driftwatch.detect.memory.trends import RAPID_EVEN, MemoryThresholds, Trend, pace_kept
 from driftwatch.detect.stats import mann_kendall, theil_sen
-from driftwatch.units import MIB
 
 CONCLUDE_MIN_POINTS = 3
 """Window floors since start-up (the open one included) a run's end needs to state growth."""
@@ -27,14 +26,15 @@ CONCLUDE_PACE = 0.5
 """Growth stated at a run's end: its newer half rose at least this share of the older's rate."""
 CONCLUDE_UNSETTLED_SHARE = 0.4
 """Growth stated at the end of a run that ended within its start-up: share its newer half adds."""
-CONCLUDE_UNSETTLED_BYTES = 512 * MIB
-"""Bytes that growth stated at the end of a run within its start-up adds at least."""
+CONCLUDE_UNSETTLED_GROWTHS = 32.0
+"""Times ``min_growth_amount`` (512 MiB for memory) that growth stated at the end of a run
+within its start-up adds at least."""
 CONCLUDE_STEADY_POINTS = 10
 """Windows since start-up from which smaller growth, steady to the end, is stated at the end."""
 CONCLUDE_STEADY_SHARE = 0.01
 """Share of the level it started from that such steady growth adds at least."""
-CONCLUDE_STEADY_BYTES = 8 * MIB
-"""Bytes that such steady growth adds at least."""
+CONCLUDE_STEADY_GROWTHS = 0.5
+"""Times ``min_growth_amount`` (8 MiB for memory) that such steady growth adds at least."""
 CONCLUDE_STEADY_ALIKE = 2.0
 """Steady: no third of the windows rises more than this many times as fast as another."""
 CONCLUDE_STEADY_TAU = 0.95
@@ -51,7 +51,7 @@ def whole_run_trend(
     thresholds: MemoryThresholds,
 ) -> Trend | None:
     """Steady, material growth over ``best``, the windows of one scale since start-up, the
-    open one too, at a run's end (``MemoryDriftDetector.conclude``). ``unsettled``: the run
+    open one too, at a run's end (``ResourceDriftDetector.conclude``). ``unsettled``: the run
     ended within its start-up climb, and is judged on the newer half of its windows, for
     growth that adds ``CONCLUDE_UNSETTLED_SHARE`` there (a start-up's climb slows after its
     first jump; a leak does not). Growth too small for ``CONCLUDE_MIN_SHARE`` is stated when
@@ -63,9 +63,10 @@ def whole_run_trend(
     floors = np.array([w[2] for w in best])
     if _lumpy(floors):
         return None
-    least, min_share = 4 * thresholds.min_growth_bytes, CONCLUDE_MIN_SHARE
+    least, min_share = 4 * thresholds.min_growth_amount, CONCLUDE_MIN_SHARE
     if unsettled:  # more than the interpreter and its libraries
-        least, min_share = CONCLUDE_UNSETTLED_BYTES, CONCLUDE_UNSETTLED_SHARE
+        least = CONCLUDE_UNSETTLED_GROWTHS * thresholds.min_growth_amount
+        min_share = CONCLUDE_UNSETTLED_SHARE
     if floors[-1] - floors[0] < max(least, min_share * floors[0]):
         if unsettled:
             return None
@@ -124,12 +125,12 @@ def _steady_to_end(
     (Kendall's tau ``CONCLUDE_STEADY_TAU``: on a noisy signal a settling creep's thirds can
     come out alike), its three thirds each rising at a rate within ``CONCLUDE_STEADY_ALIKE``
     of the others (still growing at the end as fast as at the start: a settling start
-    slows), adding ``CONCLUDE_STEADY_BYTES`` and ``CONCLUDE_STEADY_SHARE`` of the level it
+    slows), adding ``CONCLUDE_STEADY_GROWTHS`` and ``CONCLUDE_STEADY_SHARE`` of the level it
     started from (docs/detectors.md, "Steady growth to the end")."""
     count = len(floors)
     grown = floors[-1] - floors[0]
     if count < CONCLUDE_STEADY_POINTS or grown < max(
-        CONCLUDE_STEADY_BYTES, CONCLUDE_STEADY_SHARE * floors[0]
+        CONCLUDE_STEADY_GROWTHS * thresholds.min_growth_amount, CONCLUDE_STEADY_SHARE * floors[0]
     ):
         return None
     test = mann_kendall(floors)
