@@ -30,6 +30,7 @@ class Verdict:
     forbidden: frozenset[str]  # none of these at warning or critical
     missed: str  # why driftwatch does not yet get it right; empty: it must
     alone: bool  # run with no job beside it, though judged on growth alone
+    top_cause: str  # the cause a caught slowdown or stall must rank first; empty: any
 
     def __str__(self) -> str:
         return self.name
@@ -57,6 +58,7 @@ def load_verdicts() -> list[Verdict]:
             frozenset(table.get("forbidden", ())),
             table.get("missed", ""),
             table.get("alone", False),
+            table.get("top_cause", ""),
         )
         for name, table in tables.items()
     ]
@@ -85,14 +87,22 @@ def loud(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def right(finding: dict[str, Any], verdict: Verdict) -> bool:
-    """Whether ``finding`` is one ``verdict`` asks for: one of its kinds, and for a
-    host-memory leak one of its leak classes where it names some, or an honest ``unknown``
-    (see ``cannot_tell``)."""
+    """Whether ``finding`` is one ``verdict`` asks for: one of its kinds, ranking its cause
+    first where it names one, and for a host-memory leak one of its leak classes where it
+    names some, or an honest ``unknown`` (see ``cannot_tell``)."""
     if finding["kind"] not in verdict.kinds:
+        return False
+    if verdict.top_cause and top_cause(finding) != verdict.top_cause:
         return False
     if finding["kind"] != "host_memory_drift" or not verdict.leak_classes:
         return True
     return finding["evidence"].get("leak_class") in verdict.leak_classes or cannot_tell(finding)
+
+
+def top_cause(finding: dict[str, Any]) -> str:
+    """The cause ``finding`` ranks first; empty where it ranks none."""
+    causes = finding["evidence"].get("causes") or [{}]
+    return str(causes[0].get("cause", ""))
 
 
 def cannot_tell(finding: dict[str, Any]) -> bool:
