@@ -16,14 +16,17 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet -e '.[tf,gpu,dev]'
 	touch $@
 
-# Debian's prometheus package brings promtool and the server the integration tests use;
-# chromium renders the HTML report in its test.
+# Debian's prometheus package brings promtool and the server the integration tests use,
+# prometheus-alertmanager the Alertmanager and amtool they deliver alerts through (its
+# service, which a systemd host starts on install, is stopped and disabled again: the tests
+# run their own); chromium renders the HTML report in its test.
 system-deps:
 	@command -v promtool >/dev/null && command -v prometheus >/dev/null && \
-	  command -v chromium >/dev/null || { \
+	  command -v prometheus-alertmanager >/dev/null && command -v chromium >/dev/null || { \
 	  apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-	    prometheus chromium >/dev/null; }
+	    prometheus prometheus-alertmanager chromium >/dev/null && \
+	  { systemctl disable --now prometheus-alertmanager >/dev/null 2>&1 || true; }; }
 
 # What bench/process_exporter.py compares the daemon with: Debian's process-exporter (not
 # needed by make check). The package's service, which a systemd host starts on install,

@@ -53,6 +53,17 @@ def test_compose_mounts_exist() -> None:
                 assert (DEPLOY / "compose" / source).exists(), volume
 
 
+def test_the_alertmanager_route_is_valid_and_groups_driftwatch_alerts_per_run() -> None:
+    route = DEPLOY / "alertmanager" / "alertmanager.yml"
+    checked = subprocess.run(
+        ["amtool", "check-config", str(route)], capture_output=True, text=True, check=False
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    (driftwatch,) = load(route)["route"]["routes"]
+    assert driftwatch["matchers"] == ['alertname =~ "Driftwatch.*"']
+    assert "run" in driftwatch["group_by"]
+
+
 def test_prometheus_rule_is_generated_from_the_rule_file() -> None:
     committed = (DEPLOY / "kubernetes" / "prometheusrule.yaml").read_text()
     assert committed == bundle.prometheus_rule().text, "run: driftwatch rules --kubernetes"
