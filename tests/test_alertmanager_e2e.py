@@ -96,7 +96,7 @@ def test_a_descriptor_leak_reaches_a_webhook_through_prometheus_and_alertmanager
     script.write_text(FIT)
     listen = f"127.0.0.1:{free_port()}"
     watched = [sys.executable, "-m", "driftwatch", "run", "--listen", listen, "--run", RUN]
-    job = [sys.executable, str(script), str(tmp_path / "logs"), "fds", "0.02", "240"]
+    job = [sys.executable, str(script), str(tmp_path / "logs"), "fds", "0.025", "240"]
     alertmanager_at = f"127.0.0.1:{free_port()}"
     (tmp_path / "alertmanager.yml").write_text(shipped_route_to(receiver.url))
     (tmp_path / "prometheus.yml").write_text(

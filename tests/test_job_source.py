@@ -279,7 +279,7 @@ def test_pydataset_workers_keeping_every_batch_are_a_worker_memory_finding(
     # Expected: 2 workers each keep every batch they make (128 KiB a batch, several MB/s
     # between them at the 10-20-ms steps of this model here) while the main process stays
     # flat: worker_memory_drift at warning or worse, naming one of the job's workers.
-    stdout, db = run_under_driftwatch(PYDATASET_JOB, tmp_path, "leak", "40", "2")
+    stdout, db = run_under_driftwatch(PYDATASET_JOB, tmp_path, "leak", "30", "2")
     series = history_series(db)
     assert max(b.max for b in series["job_processes"]) >= 3, stdout
     reported = [f for f in findings(tmp_path) if f["kind"] == "worker_memory_drift"]
@@ -298,7 +298,7 @@ def test_pydataset_workers_keeping_every_batch_are_a_worker_memory_finding(
 def test_four_pydataset_workers_that_keep_nothing_raise_no_warning(tmp_path: Path) -> None:
     # Expected: 4 workers started once and flat: a level, never a leak; batches ready before
     # the 10-20-ms steps ask for them: no input_bound warning either.
-    stdout, db = run_under_driftwatch(PYDATASET_JOB, tmp_path, "flat", "40", "4")
+    stdout, db = run_under_driftwatch(PYDATASET_JOB, tmp_path, "flat", "25", "4")
     series = history_series(db)
     assert max(b.max for b in series["job_processes"]) >= 5, stdout
     warned = [f for f in findings(tmp_path) if f["severity"] != "info"]

@@ -43,38 +43,50 @@ end = time.time() + float(sys.argv[4])
 kept, stop = [], threading.Event()
 
 
+def leak_one(logs):  # one more descriptor or thread kept; False once the job runs out
+    if mode == "fds":
+        try:
+            log = open(os.path.join(logdir, f"batch-{len(kept)}.log"), "w")
+        except OSError as err:
+            if err.errno != errno.EMFILE:
+                raise
+            print("emfile", time.time(), len(kept), flush=True)
+            return False
+        log.write(str(logs))
+        kept.append(log)
+        return True
+    worker = threading.Thread(target=stop.wait, daemon=True)
+    try:
+        worker.start()
+    except RuntimeError:  # can't start new thread: the cgroup's pids.max
+        print("thread_limit", time.time(), len(kept), flush=True)
+        return False
+    kept.append(worker)
+    return True
+
+
 class Leak(keras.callbacks.Callback):
+    started = 0.0
+
     def on_train_batch_end(self, batch, logs=None):
-        if not kept:
-            print("leak_start", time.time(), flush=True)
-        time.sleep(pause)
-        if mode == "fds":
-            try:
-                log = open(os.path.join(logdir, f"batch-{len(kept)}.log"), "w")
-            except OSError as err:
-                if err.errno != errno.EMFILE:
-                    raise
-                print("emfile", time.time(), len(kept), flush=True)
-                self.model.stop_training = True
-                return
-            log.write(str(logs))
-            kept.append(log)
-        elif mode == "threads":
-            worker = threading.Thread(target=stop.wait, daemon=True)
-            try:
-                worker.start()
-            except RuntimeError:  # can't start new thread: the cgroup's pids.max
-                print("thread_limit", time.time(), len(kept), flush=True)
-                self.model.stop_training = True
-                return
-            kept.append(worker)
-        else:  # a pool of 16 warming up, and 16 files opened at once: steps, not leaks
+        if mode == "pool":  # a pool of 16 warming up, and 16 files opened at once: steps
+            time.sleep(pause)
             kept.append(batch)
             if len(kept) == 100:
                 self.pool = ThreadPoolExecutor(16)
                 self.files = [open(os.path.join(logdir, f"shard-{i}"), "w") for i in range(16)]
             if len(kept) >= 100:
                 self.pool.submit(time.sleep, 0.5)
+        else:  # one leaked every `pause` seconds of wall time: a steady rate, however fast
+            now = time.time()  # the steps go (a neighbour on the machine slows them)
+            if not self.started:
+                self.started = now
+                print("leak_start", now, flush=True)
+            while len(kept) < int((now - self.started) / pause) + 1:
+                if not leak_one(logs):
+                    self.model.stop_training = True
+                    return
+            time.sleep(0.005)
         if time.time() > end:
             print("timeout", time.time(), len(kept), flush=True)
             self.model.stop_training = True
@@ -157,7 +169,7 @@ def test_a_callback_leaking_a_log_file_per_batch_is_told_before_it_runs_out(
     # 40 a second, under a limit of 2,048 descriptors (EMFILE some 50 s after its start):
     # fd_exhaustion, critical, reported before EMFILE, its first projected moment of
     # exhaustion within 25 % of the time that was actually left.
-    marks, db = run_leaking_fit(tmp_path, f"--nofile={FD_LIMIT}", "fds", "0.02", "150")
+    marks, db = run_leaking_fit(tmp_path, f"--nofile={FD_LIMIT}", "fds", "0.025", "150")
     assert "emfile" in marks, marks
     emfile = marks["emfile"][0]
     first = next(f for f in findings(tmp_path) if f["kind"] == "fd_exhaustion")
@@ -186,7 +198,7 @@ def test_a_callback_starting_a_thread_per_batch_is_told_before_it_runs_out(
     # 30 s of the leak's start and before that moment, its first projected moment within
     # 25 % of the time that was actually left.
     marks, db = run_leaking_fit(
-        tmp_path, "--nofile=4096", "threads", "0.02", "150", cgroup=pids_cgroup
+        tmp_path, "--nofile=4096", "threads", "0.025", "150", cgroup=pids_cgroup
     )
     assert "thread_limit" in marks, marks
     start, hit = marks["leak_start"][0], marks["thread_limit"][0]

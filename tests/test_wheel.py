@@ -337,7 +337,7 @@ def test_a_slowing_job_under_the_wheel_leaves_its_stacks_dumped_by_the_wheels_py
     assert re.search(r'^Thread \S+ \([^)]*\): "MainThread"$', text, re.MULTILINE), text[:2000]
     for frame in (
         r"\w+\.fit \(keras/src/[\w/]+\.py:\d+\)",
-        r"patch_fit\.<locals>\.fit \(driftwatch/hook/autolog\.py:\d+\)",
+        r"patch_loop\.<locals>\.loop \(driftwatch/hook/autolog\.py:\d+\)",
         r"main \(train_keras\.py:\d+\)",
     ):
         assert re.search(rf"^\s+{frame}$", text, re.MULTILINE), f"{frame}:\n{text[:3000]}"
