@@ -11,12 +11,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from driftwatch.errors import HistoryError, TargetGone
-from driftwatch.findings import Severity
+from driftwatch.findings import Finding, Severity
 from driftwatch.history.reader import HistoryReader
 from driftwatch.history.schema import default_db_path
 from driftwatch.history.writer import History
@@ -96,6 +97,31 @@ def test_history_size_is_bounded_by_the_tiers(tmp_path: Path) -> None:
     assert per_width[10.0] <= 360 + 60 + 1
     assert per_width[60.0] <= 1440 + 10 + 1
     assert per_width[600.0] == 26 * 6 + 1
+
+
+def test_evidence_that_lands_after_a_finding_ended_is_recorded_and_it_stays_ended(
+    tmp_path: Path,
+) -> None:
+    # A slowdown asks for a profiler trace and is over before the hook writes it: the
+    # snapshot that closes the sinks carries the ended finding with the trace named; the
+    # history keeps the finding ended, with that evidence.
+    db = tmp_path / "history.db"
+    history = History(db)
+    recorder = history.recorder("train", TARGET)
+    store = Store()
+    slowdown = Finding("abrupt_slowdown", Severity.WARNING, START, "slower", {"ratio": 2.0})
+    recorder.publish(Snapshot("train", TARGET, START + 10, 1, findings=(slowdown,), store=store))
+    last = Snapshot("train", TARGET, START + 20, 2, store=store)
+    recorder.publish(last)
+    traced = replace(slowdown, evidence={"ratio": 2.0, "capture_logdir": "/captures/traces"})
+    recorder.close(replace(last, ended_findings=(traced,)), "monitoring stopped")
+    history.close()
+    reader, run_id = read(db)
+    (found,) = reader.findings(run_id)
+    assert found.evidence["capture_logdir"] == "/captures/traces"
+    assert found.last_seen == START + 10
+    assert [s for _, s in found.changes] == [Severity.WARNING, None]
+    reader.close()
 
 
 def record_ticks(history: History, target: TargetInfo, times: list[float]) -> None:

@@ -35,7 +35,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from driftwatch import __version__
@@ -333,6 +333,7 @@ class RunRecorder:
         self._sent: dict[SeriesKey, list[int]] = {}  # buckets closed and sent, per tier
         self._labels_json: dict[SeriesKey, str] = {}
         self._holding: dict[str, _FindingState] = {}
+        self._ended: dict[str, _FindingState] = {}  # each kind's last state once it ended
         self._changed: dict[str, _FindingState] = {}  # since the last batch
         self._changes: list[tuple[str, float, str | None]] = []
         self._next_send = -math.inf
@@ -346,8 +347,13 @@ class RunRecorder:
 
     def close(self, snapshot: Snapshot, ended: str) -> None:
         """Send everything up to the last tick, with why monitoring ended (may wait); the
-        last snapshot's findings are noted again, with the evidence that landed since."""
+        last snapshot's findings, and those that ended before it, are noted again with the
+        evidence that landed since (an ended one stays ended: only its evidence changes)."""
         self._note_findings(snapshot)
+        for finding in snapshot.ended_findings:
+            state = self._ended.get(finding.kind)
+            if state is not None and finding.evidence != state.finding.evidence:
+                self._changed[finding.kind] = replace(state, finding=finding)
         self._send(snapshot.t, snapshot.store, ended)
 
     def _note_findings(self, snapshot: Snapshot) -> None:
@@ -360,7 +366,7 @@ class RunRecorder:
             first_seen = before.first_seen if before is not None else now
             self._holding[kind] = self._changed[kind] = _FindingState(finding, first_seen, now)
         for kind in [k for k in self._holding if k not in worst]:
-            del self._holding[kind]
+            self._ended[kind] = self._holding.pop(kind)
             self._changes.append((kind, now, None))
 
     def _send(self, now: float, store: StoreView, ended: str | None) -> None:

@@ -296,7 +296,10 @@ class Monitor:
         self._annotator.settle()
         last = self.snapshot
         findings = self._annotator.annotate(last.t, list(last.findings), self.store)
-        self.snapshot = replace(last, findings=tuple(findings))
+        current = {finding.kind for finding in findings}
+        ended = [f for kind, f in self.reported.items() if kind not in current]
+        ended = self._annotator.annotate(last.t, ended, self.store) if ended else []
+        self.snapshot = replace(last, findings=tuple(findings), ended_findings=tuple(ended))
 
 
 def watch(

@@ -55,6 +55,10 @@ class Snapshot:
     store: StoreView = field(default=NO_HISTORY, compare=False, repr=False)
     """The run's histories, read-only; read them on the sampler thread (as sinks do), while
     this snapshot is the newest: the monitor goes on writing them."""
+    ended_findings: tuple[Finding, ...] = ()
+    """Set on the snapshot that closes the sinks only: the last version of each finding
+    that ended during the run, with the evidence that landed for it since (a profiler trace
+    the hook finished after the slowdown that asked for it was over)."""
 
 
 class Sink(Protocol):
