@@ -20,7 +20,7 @@ from driftwatch.errors import HistoryError, TargetGone
 from driftwatch.findings import Finding, Severity
 from driftwatch.history.reader import HistoryReader
 from driftwatch.history.schema import default_db_path
-from driftwatch.history.writer import History
+from driftwatch.history.writer import History, RunRecorder
 from driftwatch.runtime.monitor import Monitor, watch
 from driftwatch.runtime.snapshot import Snapshot
 from driftwatch.runtime.store import Store
@@ -99,16 +99,20 @@ def test_history_size_is_bounded_by_the_tiers(tmp_path: Path) -> None:
     assert per_width[600.0] == 26 * 6 + 1
 
 
+def fresh_recorder(tmp_path: Path) -> tuple[Path, History, RunRecorder, Store]:
+    """A new history in ``tmp_path``, the recorder of run ``train`` in it, and its store."""
+    db = tmp_path / "history.db"
+    history = History(db)
+    return db, history, history.recorder("train", TARGET), Store()
+
+
 def test_evidence_that_lands_after_a_finding_ended_is_recorded_and_it_stays_ended(
     tmp_path: Path,
 ) -> None:
     # A slowdown asks for a profiler trace and is over before the hook writes it: the
     # snapshot that closes the sinks carries the ended finding with the trace named; the
     # history keeps the finding ended, with that evidence.
-    db = tmp_path / "history.db"
-    history = History(db)
-    recorder = history.recorder("train", TARGET)
-    store = Store()
+    db, history, recorder, store = fresh_recorder(tmp_path)
     slowdown = Finding("abrupt_slowdown", Severity.WARNING, START, "slower", {"ratio": 2.0})
     recorder.publish(Snapshot("train", TARGET, START + 10, 1, findings=(slowdown,), store=store))
     last = Snapshot("train", TARGET, START + 20, 2, store=store)
@@ -138,10 +142,7 @@ def record_ticks(history: History, target: TargetInfo, times: list[float]) -> No
 def test_a_run_not_ended_reads_back_to_its_last_flush_from_the_finest_tier(
     tmp_path: Path,
 ) -> None:
-    db = tmp_path / "history.db"
-    history = History(db)
-    recorder = history.recorder("train", TARGET)
-    store = Store()
+    db, history, recorder, store = fresh_recorder(tmp_path)
     start = 1_000_000_200.0  # 20 s into a 10-min bucket
     for tick in range(100):  # 200 s, flushed every 5 s; never closed (a SIGKILL)
         t = start + 2.0 * tick
