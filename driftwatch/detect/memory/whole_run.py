@@ -35,10 +35,9 @@ CONCLUDE_STEADY_SHARE = 0.01
 """Share of the level it started from that such steady growth adds at least."""
 CONCLUDE_STEADY_GROWTHS = 0.5
 """Times ``min_growth_amount`` (8 MiB for memory) that such steady growth adds at least."""
-CONCLUDE_STEADY_ALIKE = 2.0
-"""Steady: no third of the windows rises more than this many times as fast as another."""
-CONCLUDE_STEADY_TAU = 0.95
-"""Steady: Kendall's tau of its floors at least this (nearly every window above the earlier)."""
+CONCLUDE_STEADY_PACE = 0.625
+"""Steady: its newer half rises at least this share of its older half's rate (a settling
+start slows)."""
 
 Window = tuple[float, float, float, int]
 """A window of one scale: (start, mean, floor, readings)."""
@@ -121,12 +120,11 @@ def _steady_to_end(
     thresholds: MemoryThresholds,
 ) -> Trend | None:
     """Growth since start-up too small for the whole run's share that is steady to the end:
-    from ``CONCLUDE_STEADY_POINTS`` windows, significant at ``thresholds.alpha`` and clean
-    (Kendall's tau ``CONCLUDE_STEADY_TAU``: on a noisy signal a settling creep's thirds can
-    come out alike), its three thirds each rising at a rate within ``CONCLUDE_STEADY_ALIKE``
-    of the others (still growing at the end as fast as at the start: a settling start
-    slows), adding ``CONCLUDE_STEADY_GROWTHS`` and ``CONCLUDE_STEADY_SHARE`` of the level it
-    started from (docs/detectors.md, "Steady growth to the end")."""
+    from ``CONCLUDE_STEADY_POINTS`` windows, significant at ``thresholds.alpha``, both halves
+    rising and the newer at ``CONCLUDE_STEADY_PACE`` of the older's rate or more (still
+    growing at the end about as fast as after start-up: a settling start slows), adding
+    ``CONCLUDE_STEADY_GROWTHS`` and ``CONCLUDE_STEADY_SHARE`` of the level it started from
+    (docs/detectors.md, "Steady growth to the end")."""
     count = len(floors)
     grown = floors[-1] - floors[0]
     if count < CONCLUDE_STEADY_POINTS or grown < max(
@@ -134,12 +132,7 @@ def _steady_to_end(
     ):
         return None
     test = mann_kendall(floors)
-    if not test.p < thresholds.alpha or test.tau < CONCLUDE_STEADY_TAU:
-        return None
-    third = count // 3  # thirds share their boundary windows
-    parts = ((0, third + 1), (third, count - third), (count - third - 1, count))
-    rates = [theil_sen(times[a:b], floors[a:b])[0] for a, b in parts]
-    if not min(rates) > 0 or max(rates) > CONCLUDE_STEADY_ALIKE * min(rates):
+    if not test.p < thresholds.alpha or not pace_kept(times, floors, CONCLUDE_STEADY_PACE):
         return None
     slope, _ = theil_sen(times, floors)
     return Trend(width, slope, test.p, level, float(times[0]), count, math.inf)
