@@ -2,7 +2,7 @@
 
 A samples file has one JSON object per line: ``{"t": <unix seconds>, "series": <name>,
 "value": <number>}`` with an optional ``"labels": {...}``, series named as in ``SERIES``
-(see the README), in time order: a record up to ``REORDER_SECONDS`` early is put in its
+(docs/metrics.md), in time order: a record up to ``REORDER_SECONDS`` early is put in its
 place.
 
 The recording is replayed as a live monitor would watch it, with one difference that keeps
@@ -143,7 +143,7 @@ def _to_sample(path: Path, number: int, record: Any) -> Sample:
     if type(t) not in _NUMBERS or (value is not None and type(value) not in _NUMBERS):
         raise RecordingError(f"{path}:{number}: t and value must be numbers")
     if series not in SERIES:
-        raise RecordingError(f"{path}:{number}: unknown series {series!r} (see the README)")
+        raise RecordingError(f"{path}:{number}: unknown series {series!r} (see docs/metrics.md)")
     value = math.nan if value is None else value
     labels = record.get("labels")
     if labels is None:
