@@ -1,4 +1,4 @@
-"""Reading TensorBoard event files (issue 15): driftwatch's reader and the one it replaced,
+"""Reading TensorBoard event files: driftwatch's reader and the one it replaced,
 side by side in one run.
 
 Run from the repository root (the module form puts this checkout's driftwatch first)::

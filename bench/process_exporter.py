@@ -1,4 +1,4 @@
-"""driftwatch's daemon beside Debian's prometheus-process-exporter (issue 15): the same 8
+"""driftwatch's daemon beside Debian's prometheus-process-exporter: the same 8
 targets, the same interval, one run; the CPU time and resident memory of each exporter, per
 target, and what each exports.
 
@@ -20,8 +20,8 @@ command line, finds exactly these 8, and both exporters are given it:
   history in a fresh database, findings to a file), a process of its own; the hooked four
   are found by their channels (``$DRIFTWATCH_RUNTIME_DIR``), the others by the pattern.
   The daemon looks for channels in every user's default runtime directory too
-  (``/tmp/driftwatch-UID``), where other hooked jobs of this machine keep theirs (tests of
-  other sessions): so that it sees the bench's alone, it runs in a mount namespace of its
+  (``/tmp/driftwatch-UID``), where other hooked jobs of this machine keep theirs (other users'
+  tests, say): so that it sees the bench's alone, it runs in a mount namespace of its
   own with an empty ``/tmp`` and ``/run/user`` (``unshare``, as root; the run's files,
   channels included, are then in ``/var/tmp``). It then sees the targets as in another
   mount namespace, as a container's (their open files under ``/proc/PID/root``): the same
@@ -49,7 +49,7 @@ user's would count (its log lines are printed). driftwatch's CPU time is also sp
 its main thread's (discovery, sampling, detectors) and the others' (HTTP, history writer).
 
 Exit status 0 when driftwatch's CPU per target is lower than process-exporter's in the
-settled phase (issue 15's goal), 1 when it is not, 2 when the run could not be made or
+settled phase (the goal), 1 when it is not, 2 when the run could not be made or
 driftwatch watched other runs beside the 8 in the settled phase (no verdict: other jobs'
 samples, detectors and history are not one of the 8 targets' cost).
 """

@@ -1,4 +1,4 @@
-"""Soak benchmark (issue 6): the daemon through a simulated day with 8 targets, and what
+"""Soak benchmark: the daemon through a simulated day with 8 targets, and what
 sampling 8 targets once a second costs in real time (and, reported beside it, what the same
 8 targets cost while they are young: driftwatch samples a target every 0.5 s in its first 5
 minutes).

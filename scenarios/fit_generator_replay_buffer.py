@@ -73,8 +73,8 @@ if __name__ == "__main__":
     main()
     # The iterator fit left in a reference cycle is freed here, while the interpreter is
     # whole: freed by the collection at interpreter shutdown instead, a from_generator
-    # iterator can deadlock the exit (tensorflow/tensorflow#21277, #22632). Seen in one
-    # clean-clone CI run (and with another from_generator program in two more), none of 8
-    # trials with and without driftwatch: the main thread waited in the iterator's
-    # destructor for its prefetch thread, with no Python frame left.
+    # iterator can deadlock the exit (tensorflow/tensorflow#21277, #22632): rarely (not in 8
+    # trials with and without driftwatch, yet in full test runs, this program's and another
+    # from_generator program's), the main thread waits in the iterator's destructor for its
+    # prefetch thread, with no Python frame left.
     gc.collect()

@@ -171,7 +171,7 @@ def cpu_hog(processes: int) -> Iterator[None]:
 def keras_job_slowed_by_a_cpu_hog(root: Path) -> FinishedRun:
     """``train_keras.py`` for 56 s, one TensorFlow thread, on this 2-core machine; 28 s after
     its first event file (warm-up and a baseline of 15 blocks of about a second, with time to
-    spare: at 20 s a CI run's 2x slowdown went unreported), 3 busy processes start beside it
+    spare: a 2x slowdown at 20 s can go unreported), 3 busy processes start beside it
     for 30 s: its steps get about half a core, about 2x slower."""
 
     def hog_after_warmup(logdir: Path) -> None:

@@ -182,8 +182,8 @@ def test_a_rate_before_an_onset_older_than_the_fine_buckets_is_still_measured() 
     # Expected: CPU pressure 0.1 s/s until 450 s, 0.8 s/s after; the run ends at 1,200 s, so
     # the window before the onset lies in the 5-minute buckets alone, and the only one that
     # ends before the onset holds one sample (its last). The rate before runs from the
-    # signal's first sample: host contention, 0.1 -> 0.8 s/s. Before the fix: no rate before
-    # (a bucket alone has no span), no cause.
+    # signal's first sample: host contention, 0.1 -> 0.8 s/s. From that bucket alone there is
+    # no rate before (a bucket alone has no span), and so no cause.
     ranker = CauseRanker()
     feed(
         ranker,

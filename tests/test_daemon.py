@@ -477,9 +477,9 @@ def test_the_channel_of_an_exited_process_is_left_a_while_for_its_other_readers(
     assert daemon.runs == {}
     assert path.exists()
     assert path.with_suffix(".json").exists()
-    # Nor when the daemon stops (CI: a test's daemon stopping removed the channel of another
-    # test's job killed a moment before, whose last records its own daemon could then not
-    # name): a later discovery finds its writer gone and removes it.
+    # Nor when the daemon stops (else one daemon stopping would remove the channel of a job
+    # killed a moment before, whose last records another daemon watching it could then not
+    # read): a later discovery finds its writer gone and removes it.
     daemon.close()
     assert path.with_suffix(".json").exists()
 

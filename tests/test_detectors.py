@@ -122,18 +122,18 @@ def test_a_step_up_at_a_runs_end_is_told_wherever_in_a_block_it_starts(
     fast: float, slow: float, slow_steps: int
 ) -> None:
     # Expected: 22 s of steps of `fast` seconds (100-step sub-blocks merged into blocks of a
-    # second: 17 or 5), then `slow_steps` of `slow` seconds to the run's end (CI's
-    # retracing e2e job: 499 of 25 ms), in blocks of 100 steps (0.8 s or more: never
-    # merged): 3 or 4 full blocks and the run's last steps, which close its last block at
-    # its end; from a sum at zero, the sum reports a step from 4 blocks (each adds at most
-    # h/2 - k). Reported wherever the first slow step falls, in its sub-block and in the
-    # merged block (offsets over 1,700 steps), dated within a second of it (a merged
-    # block's span). Before session 15 a sub-block holding a few of the first slow steps
-    # kept the merged block open, the next, a whole block of slow steps, was lost in the
-    # median of the fast ones, and the run's last steps were left out: 499 steps missed at
-    # 51 of 300 offsets (0.6-ms steps). With the end's block alone (session 15): 380 steps
-    # missed at 23 of these 50 offsets, 420 of 8 ms at 18, and the onset dated up to 2.7 s
-    # late.
+    # second: 17 or 5), then `slow_steps` of `slow` seconds to the run's end (the retracing
+    # e2e job of tests/test_causes_e2e.py: 499 of 25 ms), in blocks of 100 steps (0.8 s or
+    # more: never merged): 3 or 4 full blocks and the run's last steps, which close its last
+    # block at its end; from a sum at zero, the sum reports a step from 4 blocks (each adds
+    # at most h/2 - k). Reported wherever the first slow step falls, in its sub-block and in
+    # the merged block (offsets over 1,700 steps), dated within a second of it (a merged
+    # block's span). Both rules are needed: were a sub-block holding a few of the first slow
+    # steps to keep the merged block open, the next, a whole block of slow steps, would be
+    # lost in the median of the fast ones, and with the run's last steps left out too, 499
+    # steps would be missed at 51 of 300 offsets (0.6-ms steps); with the end's block alone,
+    # 380 steps would be missed at 23 of these 50 offsets, 420 of 8 ms at 18, and the onset
+    # dated up to 2.7 s late.
     rng = np.random.default_rng(0)
     start = round(22 / fast)
     for offset in range(0, 1700, 34):
@@ -252,8 +252,8 @@ def test_a_short_run_of_slow_steps_that_slows_is_told_at_its_end(
 ) -> None:
     """Expected: steps of ``step`` seconds (a small CNN on a CPU) for ``before`` seconds,
     then ``factor`` times slower for ``after`` seconds to the run's end: too few 100-step
-    blocks for a baseline or for the whole-run step test (8 blocks a side), so until
-    session 16 nothing was said, live or at the end. Its end judges blocks of 10 steps: an
+    blocks for a baseline or for the whole-run step test (8 blocks a side), so nothing is
+    said live, nor by that test at the end. Its end judges blocks of 10 steps: an
     ``abrupt_slowdown`` of ``factor`` (within 10 %), dated within one of those blocks of the
     step. The same run without the step is stated at no end."""
     rng = np.random.default_rng(3)
@@ -553,8 +553,8 @@ def test_slowdown_after_a_contended_start_is_reported_within_seconds(seed: int) 
     """A short run whose first 30 s are disturbed (steps 1.1x, then 0.5x, then 0.8x their
     usual time as other work on the host comes and goes) makes an uncertain baseline, yet
     steps 1.6 ms slower from 40 s on (1.9x the level just before, 2.3x the baseline) are
-    reported within seconds: the baseline's error from its autocorrelated blocks alone set a
-    bar above 2.2x (CI runs missed such a slowdown in a real Keras logdir); it now lifts the
+    reported within seconds: the baseline's error from its autocorrelated blocks alone would
+    set a bar above 2.2x, which misses such a slowdown in a real Keras logdir, so it lifts the
     bar to 1.5x at most."""
     rng = np.random.default_rng(seed)
     shape = ([0, 8, 12, 16, 30], [1.1, 1.1, 0.8, 0.5, 0.8])
@@ -578,7 +578,7 @@ def test_the_end_of_a_short_run_tells_a_slowdown_its_busy_start_hid(seed: int) -
     """Expected: a 70-s run whose first 25 s are 1.8x slower (other work on the host), then
     8 s at its own 1.8 ms, then 2.1x slower to the end, has a baseline resting on the busy
     start: live, the slowdown is missed or told as about 1.2x. Its end states it as a step of
-    about 2.1x at 33 s (CI missed such a slowdown in a real Keras logdir). The same start
+    about 2.1x at 33 s (the shape of a real Keras logdir's slowdown). The same start
     with no slowdown after it is stated at no end."""
     rng = np.random.default_rng(seed)
 
@@ -664,8 +664,8 @@ def test_leak_class_in_a_short_run_and_from_retracing_warnings() -> None:
     # rise at RSS's pace, which is evidence enough (a monitor then tells the new class).
     assert short_leak("late tensors") == ("unknown", "tensors_kept_alive")
     # A rise whose rate changes is still a rise: a test corrected for autocorrelation took
-    # the bend for autocorrelated noise once 16 windows were in (evaluated every 3 s; CI
-    # classed kept tensors framework_state so).
+    # the bend for autocorrelated noise once 16 windows were in (evaluated every 3 s, it
+    # classed kept tensors as framework_state).
     assert short_leak("faster tensors", every=3.0) == ("tensors_kept_alive",) * 2
     assert short_leak("warnings") == ("retracing", "retracing")
     assert short_leak("flat") == ("unknown", "framework_state")
@@ -692,7 +692,7 @@ def test_unrotated_event_file_needs_minutes_at_the_bare_threshold() -> None:
     assert finding.kind == "event_file_unrotated"
 
 
-# -- start-up, urgency and the end of a run (issue 12) ----------------------------------
+# -- start-up, urgency and the end of a run ----------------------------------------------
 
 STARTUPS = Path(__file__).parent / "data" / "startup"
 

@@ -1,4 +1,4 @@
-"""Goodput (issue 13, Deliver 6): where a run's wall time went, by phase, and the phases add up
+"""Goodput: where a run's wall time went, by phase, and the phases add up
 to the wall time watched.
 
 Each test states its trace's expected breakdown in its docstring, worked out by hand from the

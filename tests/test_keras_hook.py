@@ -104,8 +104,8 @@ def test_fit_records_every_step_epoch_and_validation(channel_dir: Path) -> None:
     assert len(steps) == 3 * 15
     assert callback.hook.global_step == 48
     assert [r.key for r in steps[:3]] == [1, 2, 3]
-    # Seconds a step and its time outside the step: any positive time (a loaded machine
-    # stretched one of these ms-steps past a second in CI).
+    # Seconds a step and its time outside the step: any positive time (on a loaded machine
+    # one of these ms-steps can take over a second).
     assert all(0 < r.a < 60 and 0 <= r.b < r.a for r in steps), [(r.a, r.b) for r in steps]
     epochs = [r for r in records if r.kind == RecordKind.EPOCH]
     assert [r.key for r in epochs] == [0, 1, 2]

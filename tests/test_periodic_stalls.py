@@ -1,4 +1,4 @@
-"""Periodic stalls as they are, not as logged (issue 12): duration and share of the stall itself
+"""Periodic stalls as they are, not as logged: duration and share of the stall itself
 whatever the logging interval, a warning when stalls take most of the wall time, and nothing
 for what does not recur or does not interrupt steady training.
 

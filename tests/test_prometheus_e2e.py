@@ -68,8 +68,8 @@ NOT_FROM_THIS_JOB = ("driftwatch_cgroup_cpu_",)
 def slowing_job(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
     """A hooked Keras job (as ``driftwatch run`` starts it) whose steps slow down 10 ms, 40 s
     after its first: by time, not by step, as a busy host may slow the job itself several
-    times (session 8, at load average 8-19: 8,970 of the 20,000 steps this test once waited
-    for came in 130 s, and the detector's warm-up and 10 baseline blocks took up to 27 s)."""
+    times (at a load average of 8-19, only 8,970 steps can come in 130 s, and the detector's
+    warm-up and 10 baseline blocks can take 27 s)."""
     logdir = tmp_path / "logs"
     logdir.mkdir()
     env = child_environment({**os.environ, **TF_ENV}, hook=True, run=RUN)

@@ -1,11 +1,12 @@
 """Steps shorter than the scheduler's time slice, on a host that got busy: the slowdown is in
 their mean, not in their median.
 
-Session 12: CI's run of the CPU-hog e2e job (tests/test_causes_e2e.py, 1.1-ms steps, 3 busy
-processes beside it on 2 cores) reported no slowdown at all. A preempted job waits between
-steps in a few places: its throughput halves while most steps still take 1.1 ms, so block
-medians hardly move. In a run of steps under 20 ms, block levels are now the mean of all
-but the slowest tenth of the steps (docs/detectors.md, "Steps shorter than a time slice").
+The recording is of the CPU-hog e2e job (tests/test_causes_e2e.py, 1.1-ms steps, 3 busy
+processes beside it on 2 cores), in which block medians state no slowdown at all. A
+preempted job waits between steps in a few places: its throughput halves while most steps
+still take 1.1 ms, so block medians hardly move. In a run of steps under 20 ms, block levels
+are therefore the mean of all but the slowest tenth of the steps (docs/detectors.md, "Steps
+shorter than a time slice").
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ def test_the_recorded_job_beside_a_cpu_hog_states_its_slowdown_within_seconds() 
     """Expected, on the recording: 1.1-ms steps (half the wall time between epochs) for 27 s,
     then 3 busy processes for 30 s: about half a core for the job, its mean step 1.2 -> 2.5
     ms, its median mostly 1.1-1.3 ms. An ``abrupt_slowdown`` of 1.5x or more, since within
-    3 s of the hog's start, stated within 10 s of it. Before the fix: first stated 16.7 s
-    after it (CI's run: never)."""
+    3 s of the hog's start, stated within 10 s of it. On block medians it is first stated
+    16.7 s after the hog's start, or never."""
     doc = json.loads(gzip.decompress(CPU_HOG.read_bytes()))
     hog = float(doc["hog_start"])
     stated = [(t, f) for t, f in reports(recorded_steps(CPU_HOG)) if f.kind in SLOWDOWNS]
@@ -63,7 +64,7 @@ def test_a_job_preempted_between_short_steps_is_a_slowdown_of_its_throughput(see
     """Expected: 60 s of 1-ms steps, from 30 s on half a core in 3-ms slices (a 3-ms wait on
     every third step or so: the median step stays 1 ms, the mean doubles): an
     ``abrupt_slowdown`` since within 2 s of 30 s, of 1.5-2.2x, stated within 6 s.
-    Before the fix: none (block medians of 1.0x)."""
+    Block medians alone state none (1.0x)."""
     stated = reports(preempted_steps(np.random.default_rng(seed), 60, share=0.5))
     assert [f.kind for _, f in stated][:1] == ["abrupt_slowdown"], stated
     when, finding = stated[0]

@@ -224,8 +224,9 @@ def test_a_leak_in_a_process_that_barely_runs_is_judged_after_two_minutes() -> N
 
 
 def scanned_end(rows: list[tuple[float, float, float, float, float]]) -> tuple[float, float]:
-    """(ended_at, decided_at) as a scan of every row kept finds them (main's ``Loading`` up to
-    session 9): rows of (t, CPU seconds, bytes read, file-backed bytes, watched memory)."""
+    """(ended_at, decided_at) as a scan of every row kept at every reading finds them (the
+    reference ``Loading`` must agree with): rows of (t, CPU seconds, bytes read, file-backed
+    bytes, watched memory)."""
     kept: list[tuple[float, float, float, float, float]] = []
     first_cpu = math.nan
     for row in rows:

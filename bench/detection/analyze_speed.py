@@ -11,10 +11,10 @@ checkpoint every 5,000 steps), timing ``driftwatch analyze PATH --json`` as a su
 (start-up and import included), wall and CPU seconds (the CPU seconds are what a shared
 machine's other work disturbs least), best and median of ``--runs``:
 
-1. A samples file of a day (issue 4's goal: a 24-hour, 20 Hz trace analysed in under 10 s):
+1. A samples file of a day (the goal: a 24-hour, 20 Hz trace analysed in under 10 s):
    one ``step_seconds`` line per step and, every 20 steps, ``rss_bytes`` (10 GiB with a
    150 MiB GC sawtooth) and ``train_step``: 1.73M step lines and 2 x 86,400 others.
-2. TensorBoard logdirs of 12 hours of that job (issue 12's goal: a gap inside a logdir costs
+2. TensorBoard logdirs of 12 hours of that job (the goal: a gap inside a logdir costs
    nothing), the loss logged every 20 steps as Keras' callback logs it: ``straight``, the 12
    hours in one go; ``resumed``, 6 hours, then the job stopped and resumed 2 days later into
    the same logdir (new event files, steps going on from where they were); ``misdated``,

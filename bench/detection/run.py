@@ -1,5 +1,5 @@
 """Detection benchmark: labeled synthetic runs through ``default_engine()``, at an accelerated
-clock, scored against the goals of issue 4.
+clock, scored against the detection goals.
 
 Run from the repository root::
 
@@ -785,7 +785,7 @@ def _print_scores(results: Sequence[RunResult], show: int) -> None:
         print("== Delay per seed ==")
         print(per_seed(injected))
         print()
-    print("== Goals (issue 4) ==")
+    print("== Goals ==")
     print(goals_table(injected, days, false, bool(healthy)))
     print()
     print("== False findings (first of each kind per scenario) ==")

@@ -126,7 +126,8 @@ class MemoryModel:
     """Where the warm-up starts. The exponential warm-up's first minutes rise at
     ``(rss_base - rss_start) * 4.6 / warmup_seconds``: 18 GiB/h here, so it would not reach
     the 32 GiB limit within the hour even at that rate. A steeper one (3 -> 10 GiB in 45 min
-    starts at 43 GiB/h) is, by issue 4's rule, growth to report even during warm-up."""
+    starts at 43 GiB/h) would reach it within the hour: growth to report even during
+    warm-up."""
     rss_base: float = 10 * GIB
     warmup_seconds: float = 45 * 60.0
     """How long the warm-up ramp from ``rss_start`` to ``rss_base`` takes."""

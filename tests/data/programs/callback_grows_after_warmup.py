@@ -11,7 +11,7 @@ at the end, in ``--logdir``): rewritten to a file after each batch, as the examp
 the job also waits on the disk and its CPU time falls, which on a busy node reads as
 contention (docs/detectors.md, "A growing callback").
 
-The example's growth is fastest at its start (in a trial, 1.7 ms a step after 1 s, 5.5 ms
+The example's growth is fastest at its start (1.7 ms a step after 1 s, 5.5 ms
 after 15 s, 9.3 ms after 42 s): most of it lands in a live detector's warm-up and baseline,
 taken from the start. Here the steps keep their speed for ``--warmup`` seconds (the
 baseline), then the callback's cost grows from nothing for ``--seconds`` more, as in a
