@@ -71,7 +71,7 @@ def test_a_real_keras_callback_whose_cost_grows_is_named_host_time(tmp_path: Pat
     # job's CPU 0.78 -> 0.38 cores, the node's pressure 0.63 -> 0.87 s/s). The bundled
     # growing_callback.py slows from its first step, mostly inside that warm-up and
     # baseline: its live reports sat at the first chunk's 1.4x bar, or came at its end
-    # (docs/detectors.md, "A growing callback").
+    # (docs/slowdowns.md, "Known misses").
     program = PROGRAMS / "callback_grows_after_warmup.py"
     run = run_job(program, tmp_path, "--warmup", "20", "--seconds", "10")
     findings = run.findings
@@ -97,7 +97,7 @@ def test_retracing_that_starts_after_a_warmup_is_named_retracing(tmp_path: Path)
     # 2 minutes at load 15: 270 ms a trace), 3 full blocks or more wherever in a block the
     # first falls, and the run's last steps, which close its last block at its end (until
     # session 15 they were left out: 3 full blocks and 96 steps in 3 of 7 runs here, no
-    # slowdown at all; docs/detectors.md, "Blocks").
+    # slowdown at all; docs/slowdowns.md, "Blocks").
     # First stated while the blocks still mix fast steps and traced ones (1.6x in a CI run,
     # 0.5 -> 0.9 ms), its traces per step then read on the onset's first seconds (0.026 and
     # 0.046 in CI runs: the probe reads the tracing count every 100 steps or 10 s). The
