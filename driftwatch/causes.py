@@ -4,7 +4,7 @@ and the classes of a host-memory leak.
 ``CAUSES`` is the table (a name, a title, what it means, the fix); ``RankedCause`` is one
 cause as a finding carries it, with its score and the numbers that moved; ``USUAL_CAUSES``
 is what a slowdown says instead when no measured signal moved with it. The ranking itself
-lives in ``driftwatch.detect.causes.ranker``; how co-moving is judged: docs/detectors.md, "Causes".
+lives in ``driftwatch.detect.causes.ranker``; how co-moving is judged: docs/causes.md, "Co-moving".
 ``LEAK_CLASSES`` is the table of leak classes (a name, a title, what the signals show, the
 fix), told apart by ``driftwatch.detect.memory.host``; ``UNKNOWN_LEAK_CLASS`` says why a
 class cannot be told yet.

@@ -72,7 +72,7 @@ def test_a_real_keras_callback_whose_cost_grows_is_named_host_time(tmp_path: Pat
     # job's CPU 0.78 -> 0.38 cores, the node's pressure 0.63 -> 0.87 s/s). The bundled
     # growing_callback.py slows from its first step, mostly inside that warm-up and
     # baseline: its live reports sat at the first chunk's 1.4x bar, or came at its end
-    # (docs/detectors.md, "A growing callback").
+    # (docs/slowdowns.md, "Known misses").
     program = PROGRAMS / "callback_grows_after_warmup.py"
     run = run_job(program, tmp_path, "--warmup", "20", "--seconds", "10")
     findings = run.findings
@@ -98,7 +98,7 @@ def test_retracing_that_starts_after_a_warmup_is_named_retracing(tmp_path: Path)
     # 2 minutes at load 15: 270 ms a trace), 3 full blocks or more wherever in a block the
     # first falls, and the run's last steps, which close its last block at its end (without
     # them a run can end with 3 full blocks and 96 steps, and no slowdown at all;
-    # docs/detectors.md, "Blocks").
+    # docs/slowdowns.md, "Blocks").
     # First stated while the blocks still mix fast steps and traced ones (as low as 1.6x,
     # 0.5 -> 0.9 ms), its traces per step then read on the onset's first seconds (as low as
     # 0.03-0.05: the probe reads the tracing count every 100 steps or 10 s). The report's,

@@ -5,7 +5,7 @@ The recording is of the CPU-hog e2e job (tests/test_causes_e2e.py, 1.1-ms steps,
 processes beside it on 2 cores), in which block medians state no slowdown at all. A
 preempted job waits between steps in a few places: its throughput halves while most steps
 still take 1.1 ms, so block medians hardly move. In a run of steps under 20 ms, block levels
-are therefore the mean of all but the slowest tenth of the steps (docs/detectors.md, "Steps
+are therefore the mean of all but the slowest tenth of the steps (docs/slowdowns.md, "Steps
 shorter than a time slice").
 """
 

@@ -1,4 +1,4 @@
-"""The daemon's configuration: its TOML file (docs/usage.md) and the command line's options."""
+"""The daemon's configuration: its TOML file (docs/daemon.md) and the command line's options."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def _check_keys(table: dict[str, Any], allowed: set[str], where: str) -> None:
 
 
 def _read_config_file(path: Path) -> Config:
-    """Parse the TOML configuration file (docs/usage.md); ``UsageError`` saying what is wrong."""
+    """Parse the TOML configuration file (docs/daemon.md); ``UsageError`` saying what is wrong."""
     try:
         with path.open("rb") as file:
             table = tomllib.load(file)

@@ -18,7 +18,7 @@ class NonFiniteDetector:
 
     In the loss or the weights (or where nothing says what held it): a diverged run,
     ``KINDS["nonfinite"]``'s severity. In metrics only: the metric's own computation (a 0/0
-    or log(0) in it) while training stays finite, a warning (docs/detectors.md).
+    or log(0) in it) while training stays finite, a warning (docs/nonfinite.md).
     """
 
     name = "nonfinite"

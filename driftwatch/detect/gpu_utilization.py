@@ -1,5 +1,5 @@
 """Sustained low GPU utilization while training steps progress: a GPU the run holds memory on
-that mostly idles. Reasoning: docs/detectors.md, "Low GPU utilization".
+that mostly idles. Reasoning: docs/gpu.md, "Low GPU utilization".
 """
 
 from __future__ import annotations

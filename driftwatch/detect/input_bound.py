@@ -2,7 +2,7 @@
 
 Judged on ``input_wait_share``, which the hook measures in custom loops (the time spent in the
 ``tf.data`` iterator's ``next`` against step time); with the TF Profiler's bands. Reasoning:
-docs/detectors.md, "Input-bound runs".
+docs/input-bound.md, "The algorithm".
 """
 
 from __future__ import annotations

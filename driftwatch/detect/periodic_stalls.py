@@ -1,5 +1,5 @@
 """Pauses of training that come back at a regular interval: checkpoints, validation, the
-first step of an epoch. Reasoning and experiments: docs/detectors.md, "Periodic stalls".
+first step of an epoch. Reasoning: docs/stalls.md, "Periodic stalls".
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class PeriodicStallDetector:
     it is the first step after that pause, not steady training interrupted. Stalls recur
     when most of their intervals, in samples, are within a tenth of the period or one sample
     (the resolution of the logging); the period in steps is that in samples times the usual
-    steps per sample. See docs/detectors.md.
+    steps per sample. See docs/stalls.md.
     """
 
     name = "periodic_stall"

@@ -1,5 +1,5 @@
 """Time between train steps (callbacks, input pipeline, host work) that takes a large or
-growing share of each step. Reasoning: docs/detectors.md, "Slow callbacks".
+growing share of each step. Reasoning: docs/slow-callbacks.md, "The algorithm".
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """When a step record is a stall: the band of the recent step times, the typical step, and
 the excess over it. ``PeriodicStallDetector`` counts the stalls and ``GoodputAccount`` puts
-their time in pauses, both from this one rule. Reasoning: docs/detectors.md, "Periodic
+their time in pauses, both from this one rule. Reasoning: docs/stalls.md, "Periodic
 stalls".
 """
 

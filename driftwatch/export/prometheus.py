@@ -104,7 +104,7 @@ RUN_FAMILIES = (
     RunFamily(
         "driftwatch_finding_cause_score",
         "How far each likely cause's signals moved with the slowdown or stall (1 or more "
-        "counts; docs/detectors.md, Causes).",
+        "counts; docs/causes.md).",
         ("kind", "cause"),
         _cause_scores,
     ),

@@ -8,7 +8,7 @@ between a run's stalls and during them. Each cause of ``CAUSES`` scores how far
 its signals moved the way that would slow training, 1 being the least change that counts;
 those at 1 or more are ranked, highest first, with their numbers. A slowdown that none moved
 with says so, then lists its ``USUAL_CAUSES``. It only annotates: it adds no finding.
-Reasoning: docs/detectors.md, "Causes".
+Reasoning: docs/causes.md, "Co-moving".
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 One scorer per cause (or family of causes), each reading a ``Signals``: what a signal did
 before and after (or between stalls and during them). A score of 1 is the least change that
 counts (the ``*_STEP`` constants); the ranking is in ``driftwatch.detect.causes.ranker``.
-Reasoning and the figures behind each step: docs/detectors.md, "Causes".
+Reasoning and the figures behind each step: docs/causes.md, "Scores".
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ limit within ``fast_horizon`` seconds: that is reported whenever it is seen. At 
 (``conclude``), growth no live window could judge yet is stated over the whole run.
 
 The windows are in ``driftwatch.detect.windows``, start-up in ``startup``, one scale's
-trends and jumps in ``memory_trends``, RSS's leak class in ``host_memory``. Reasoning and
-experiments: docs/detectors.md, "Memory drift".
+trends and jumps in ``memory_trends``, RSS's leak class in ``host_memory``. Reasoning:
+docs/memory.md.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Host memory (RSS) drift, with the class of the leak: tensors kept alive, retracing, or
 Python and framework state, told from TensorFlow's allocator and tracing over the window
-that found it. Reasoning: docs/detectors.md, "Memory drift".
+that found it. Reasoning: docs/memory.md, "The leak class".
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """When a memory signal's start-up climb (imports, model building, tracing) ended: from the
 process's loading (file-backed memory and reads flat while it runs), where those series are
-read, else from the signal's shape alone. Reasoning and experiments: docs/detectors.md,
-"Start-up, from the signal's own shape" and "Start-up, from the process's loading".
+read, else from the signal's shape alone. Reasoning: docs/memory-start-and-end.md,
+"When start-up ends".
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class StartUp:
     Fed the floors of the narrowest windows as they close. The climb from the first reading
     lasts until two windows in a row, alike, rise slowly for the level (``STARTUP_SETTLED``)
     or faster than the climb did (``STARTUP_FASTER``): a new pace, not a lull or a lump of a
-    lumpy climb. Growth from the first of them on is judged (docs/detectors.md).
+    lumpy climb. Growth from the first of them on is judged (docs/memory-start-and-end.md).
     """
 
     __slots__ = ("_changing", "_previous", "_rates", "ended_at")
@@ -112,7 +112,7 @@ class Loading:
     imported) both flat for ``QUIET_SECONDS`` in which it ran ``QUIET_CPU_SECONDS`` or its
     watched memory grew by ``QUIET_GROWTH_BYTES`` (a growing process is not starved). A
     start-up imports and maps; a training loop, leaking or not, runs code it has run before
-    (docs/detectors.md, "Start-up, from the process's loading"). A job that reads its data
+    (docs/memory-start-and-end.md, "When start-up ends"). A job that reads its data
     from files never looks settled here: its start-up ends by its shape, a step or
     ``STARTUP_MAX_CPU_SECONDS``. Where these series are read, they rule rather than the
     signal's shape: a climb slowed by a busy host looks settled while it is still importing.

@@ -2,8 +2,8 @@
 
 Trends are judged on window floors (Theil-Sen slope, Mann-Kendall significance) within the
 segment after the last level jump; rapid growth on the newest few narrow windows (growth over
-a whole run, at its end: ``whole_run``). Reasoning and experiments: docs/detectors.md,
-"Memory drift".
+a whole run, at its end: ``whole_run``). Reasoning: docs/memory.md,
+"Trends and jumps".
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Growth over a whole run since start-up, stated at the run's end when no live trend said it:
-steady, material and spread out, or smaller but steady to the end. Reasoning and experiments:
-docs/detectors.md, "The end of a run" and "Steady growth to the end".
+steady, material and spread out, or smaller but steady to the end. Reasoning:
+docs/memory-start-and-end.md, "The end of a run" and "Steady growth to the end".
 """
 
 from __future__ import annotations
@@ -120,11 +120,11 @@ def _steady_to_end(
     thresholds: MemoryThresholds,
 ) -> Trend | None:
     """Growth since start-up too small for the whole run's share that is steady to the end:
-    from ``CONCLUDE_STEADY_POINTS`` windows, significant at ``thresholds.alpha``, both halves
-    rising and the newer at ``CONCLUDE_STEADY_PACE`` of the older's rate or more (still
-    growing at the end about as fast as after start-up: a settling start slows), adding
+    from ``CONCLUDE_STEADY_POINTS`` windows, significant at ``thresholds.alpha``, its newer
+    half rising at ``CONCLUDE_STEADY_PACE`` of the older's rate or more (still growing at the
+    end about as fast as after start-up: a settling start slows), adding
     ``CONCLUDE_STEADY_GROWTHS`` and ``CONCLUDE_STEADY_SHARE`` of the level it started from
-    (docs/detectors.md, "Steady growth to the end")."""
+    (docs/memory-start-and-end.md, "Steady growth to the end")."""
     count = len(floors)
     grown = floors[-1] - floors[0]
     if count < CONCLUDE_STEADY_POINTS or grown < max(

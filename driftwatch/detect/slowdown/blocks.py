@@ -1,5 +1,5 @@
 """Steps reduced to block levels: the slowdown detector's first stage, live and at a run's
-end. Reasoning and experiments: docs/detectors.md, "Blocks".
+end. Reasoning: docs/slowdowns.md, "Blocks".
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ MAX_SUB_BLOCKS = 256
 
 
 class StepBlocks:
-    """Steps reduced to block levels (docs/detectors.md, "Blocks"): sub-blocks of
+    """Steps reduced to block levels (docs/slowdowns.md, "Blocks"): sub-blocks of
     ``steps.size`` steps (fewer when slow), their median (in a run whose first sub-block's
     is under ``SHORT_STEP_SECONDS``, the mean without the slowest
     ``SLOWEST_STEPS_LEFT_OUT``), merged until a block spans about ``MIN_BLOCK_SECONDS``; a
@@ -58,7 +58,7 @@ class StepBlocks:
             if value < SHORT_STEP_SECONDS:
                 self.steps = replace(self.steps, trim=SLOWEST_STEPS_LEFT_OUT)
         # A block of its own: the first slow sub-block after a step up must not be lost in
-        # the median of the fast ones merged before it (docs/detectors.md, "Blocks").
+        # the median of the fast ones merged before it (docs/slowdowns.md, "Blocks").
         own = t - self._last_sub_block_t
         if self._merging and own + own / 2 >= MIN_BLOCK_SECONDS:
             self._close_merged()

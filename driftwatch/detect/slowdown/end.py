@@ -4,7 +4,7 @@ blocks: ``driftwatch.detect.slowdown.live.END_BLOCK_STEPS``).
 A run of seconds never completes the live detector's first chunk, and one that slows from
 its start (or whose start was slowed by a busy host) has a baseline too high: its end
 looks for a step up from the blocks just before it, else a steady rise through all of
-them. Reasoning and experiments: docs/detectors.md, "Slowdowns at the end of a short run".
+them. Reasoning: docs/slowdowns-at-the-end.md, "Which runs, and which blocks".
 """
 
 from __future__ import annotations

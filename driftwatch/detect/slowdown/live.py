@@ -7,7 +7,7 @@ milliseconds the mean of all but the slowest tenth), and only those are tested. 
 run is also judged at its end over all its blocks (``driftwatch.detect.slowdown.end``).
 A finding's message says how much slower and since when; its causes, the signals that moved
 with it or else the usual ones, are the cause ranker's (``driftwatch.detect.causes``).
-Reasoning and experiments: docs/detectors.md, "Slowdowns".
+Reasoning: docs/slowdowns.md.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ class SlowdownDetector:
     level took more than ``RECENT_BLOCKS`` blocks to climb from a quarter to three quarters
     of the ratio, abrupt when it jumped; a report whose level then steps up again by
     ``RESTEP_BAR`` is stated as that new, abrupt step (:meth:`_restep`). Reasoning:
-    docs/detectors.md, "Slowdowns".
+    docs/slowdowns.md.
     """
 
     name = "slowdown"
@@ -316,7 +316,7 @@ class SlowdownDetector:
         the end of the block after which the blocks' cumulative excess over half the step
         is least. The sum's allowance is half the least step worth reporting, so before a
         large step a block of noise may have left it above zero; measured against half
-        the step itself, it does not (docs/detectors.md, "The onset of an abrupt step")."""
+        the step itself, it does not (docs/slowdowns.md, "The onset of an abrupt step")."""
         recent = [(t, x) for t, x in self._recent if t >= onset]
         if not recent:
             return onset
@@ -330,7 +330,7 @@ class SlowdownDetector:
         as abrupt, dated from where the blocks crossed halfway (the least of their
         cumulative excess over it); a climb is still the same slowdown, its kind kept,
         stated from the new level on. A contended host's slow drift must not hide a step that
-        comes after it. Reasoning: docs/detectors.md, "A step on top of a slowdown"."""
+        comes after it. Reasoning: docs/slowdowns.md, "A step on top of a slowdown"."""
         ratio, floor = math.log(self._recent_ratio()), math.log(self._stated)
         start, climb_blocks = self._climb(ratio, floor)
         values = np.array([x for _, x in self._recent])

@@ -9,7 +9,7 @@ kept. It reads the logs from the first batch so that the growing work is the onl
 (reading the loss waits for each step's result). The document stays in memory (saved once,
 at the end, in ``--logdir``): rewritten to a file after each batch, as the example does,
 the job also waits on the disk and its CPU time falls, which on a busy node reads as
-contention (docs/detectors.md, "A growing callback").
+contention (docs/slowdowns.md, "Known misses").
 
 The example's growth is fastest at its start (1.7 ms a step after 1 s, 5.5 ms
 after 15 s, 9.3 ms after 42 s): most of it lands in a live detector's warm-up and baseline,
