@@ -25,14 +25,21 @@ UNTIMED_KINDS = frozenset(
     {
         "host_memory_drift",
         "tf_memory_drift",
+        "worker_memory_drift",
+        "fd_exhaustion",
+        "thread_exhaustion",
+        "disk_exhaustion",
+        "zombie_children",
         "event_file_growth",
         "event_file_unrotated",
         "nonfinite",
+        "input_bound",
     }
 )
-"""Finding kinds judged on how much memory or event files grew, or on NaNs, never on step
-times: a test that expects or forbids only these may share the machine with another
-(``paired``)."""
+"""Finding kinds judged on how much memory, descriptors, threads, disk, children or event
+files grew, on NaNs, or on the share of each step that waits for input (a neighbour
+stretches the wait and the compute alike), never on step times: a test that expects or
+forbids only these may share the machine with others (``paired``)."""
 TF_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"}
 
 
