@@ -49,13 +49,12 @@ lint: $(VENV)/.installed
 # The tests without TensorFlow run four at once: they mostly wait on the processes they
 # start (2.5 min on 4 workers against 5 on 2, side by side at the same load). Tests marked
 # tf train real models, after the rest. Those judged on step times run one at a time, so no
-# other test competes with them for the two cores. Those judged on memory, descriptors,
+# other test competes with them for the two cores; those judged on memory, descriptors,
 # threads, disk, event files, NaNs or input-wait shares only, or on nothing timed (marked
-# paired), share the machine: three at once, as two at once kept 1.3 of the 2 cores busy
-# (903 CPU s in 713 s: many wait on a Prometheus, an Alertmanager or a leak paced by time).
+# paired), run two at once.
 test: $(VENV)/.installed system-deps
 	$(BIN)/pytest -n 4 -m "not tf" $(PYTEST_ARGS)
-	$(BIN)/pytest -n 3 -m "tf and paired" --durations=10 $(PYTEST_ARGS)
+	$(BIN)/pytest -n 2 -m "tf and paired" --durations=10 $(PYTEST_ARGS)
 	$(BIN)/pytest -m "tf and not paired" --durations=10 $(PYTEST_ARGS)
 
 check: lint test

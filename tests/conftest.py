@@ -39,7 +39,7 @@ UNTIMED_KINDS = frozenset(
 """Finding kinds judged on how much memory, descriptors, threads, disk, children or event
 files grew, on NaNs, or on the share of each step that waits for input (a neighbour
 stretches the wait and the compute alike), never on step times: a test that expects or
-forbids only these may share the machine with others (``paired``)."""
+forbids only these may share the machine with another (``paired``)."""
 TF_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"}
 
 
