@@ -32,9 +32,12 @@ for line in sys.stdin:
 def test_open_descriptors_are_counted_as_psutil_counts_them() -> None:
     # Expected: a child with 150 files open more than it starts with: the count psutil's
     # num_fds lists, before and after (read from /proc/PID/fd's size on Linux 6.2 and on).
+    # "Before" is read once the child says it is ready: during the interpreter's start-up
+    # it opens and closes files of its own.
     code = (
         "import sys\n"
         "files = []\n"
+        "print('ready', flush=True)\n"
         "for line in sys.stdin:\n"
         "    files += [open('/dev/null') for _ in range(150)]\n"
         "    print(len(files), flush=True)\n"
@@ -45,6 +48,7 @@ def test_open_descriptors_are_counted_as_psutil_counts_them() -> None:
     assert child.stdin is not None
     assert child.stdout is not None
     try:
+        assert child.stdout.readline() == "ready\n"
         source, process = ProcessSource(Target.attach(child.pid)), psutil.Process(child.pid)
         before = {s.series: s.value for s in source.sample(100.0)}["open_fds"]
         assert before == process.num_fds()
