@@ -28,11 +28,16 @@ UNTIMED_KINDS = frozenset(
         "event_file_growth",
         "event_file_unrotated",
         "nonfinite",
+        "worker_memory_drift",
+        "fd_exhaustion",
+        "thread_exhaustion",
+        "zombie_children",
+        "disk_exhaustion",
     }
 )
-"""Finding kinds judged on how much memory or event files grew, or on NaNs, never on step
-times: a test that expects or forbids only these may share the machine with another
-(``paired``)."""
+"""Finding kinds judged on how much memory, event files, descriptors, threads, zombies or
+used disk grew, or on NaNs, never on step times: a test that expects or forbids only these
+may share the machine with another (``paired``)."""
 TF_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"}
 
 

@@ -1,0 +1,74 @@
+"""``model.fit`` with a callback that runs a short command now and then and never waits
+for it.
+
+Every 100 ms of training (a steady rate by wall time, about 10 a second) the callback starts
+a sync command (here ``true``) with ``subprocess.Popen`` and keeps the ``Popen`` "to check
+later", which it never does: each child exits at once and stays a zombie, holding its PID,
+until the training process exits. Enough of them and the job cannot start a thread or a
+process. Fix: ``subprocess.run``, ``Popen.wait()``, or ``poll()`` the kept ones.
+
+python scenarios/fit_callback_leaves_zombies.py [--seconds 20]
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import keras
+
+from _common import Deadline, Steady, StopAt, dense_net, done, linear_problem, options
+
+PERIOD = 0.1
+"""Seconds of training between two commands started."""
+COMMAND = ["true"]
+"""The command run: a sync to remote storage would do the same once it ended."""
+
+
+class Syncs(keras.callbacks.Callback):  # type: ignore[misc]
+    """``COMMAND`` started every ``PERIOD`` seconds, its ``Popen`` kept, never waited for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.steady = Steady(PERIOD)
+        self.started: list[subprocess.Popen[bytes]] = []
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        for _ in range(self.steady.due()):
+            self.started.append(subprocess.Popen(COMMAND))
+
+
+def zombies() -> int:
+    """Children of this process that exited and were not reaped."""
+    count = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, parent = stat.read_text().rpartition(")")[2].split()[:2]
+        except OSError:
+            continue
+        count += state == "Z" and int(parent) == os.getpid()
+    return count
+
+
+def main() -> None:
+    args = options(__doc__)
+    x, y = linear_problem()
+    model = dense_net()
+    model.compile(optimizer=keras.optimizers.Adam(1e-3), loss="mse")
+    syncs = Syncs()
+    deadline = Deadline(args.seconds)
+    stop = StopAt(deadline)
+    history = model.fit(x, y, batch_size=32, epochs=10_000, verbose=0, callbacks=[syncs, stop])
+    done(
+        epochs=len(history.history["loss"]),
+        steps=len(stop.pace.ends),
+        steps_per_second=stop.pace.rates(),
+        started=len(syncs.started),
+        zombies=zombies(),
+    )
+
+
+if __name__ == "__main__":
+    main()
