@@ -2,10 +2,12 @@
 for it.
 
 Every 100 ms of training (a steady rate by wall time, about 10 a second) the callback starts
-a sync command (here ``true``) with ``subprocess.Popen`` and keeps the ``Popen`` "to check
-later", which it never does: each child exits at once and stays a zombie, holding its PID,
-until the training process exits. Enough of them and the job cannot start a thread or a
-process. Fix: ``subprocess.run``, ``Popen.wait()``, or ``poll()`` the kept ones.
+a sync command (here ``true``) with ``subprocess.Popen`` and keeps the ``Popen`` in a
+module-level list of syncs "to check later", which nothing does: each child exits at once and
+stays a zombie, holding its PID, until the training process exits. Enough of them and the
+job cannot start a thread or a process. (A ``Popen`` that is dropped is reaped by its
+``__del__``: the list is what keeps these.) Fix: ``subprocess.run``, ``Popen.wait()``, or
+``poll()`` the kept ones.
 
 python scenarios/fit_callback_leaves_zombies.py [--seconds 20]
 """
@@ -25,19 +27,21 @@ PERIOD = 0.1
 """Seconds of training between two commands started."""
 COMMAND = ["true"]
 """The command run: a sync to remote storage would do the same once it ended."""
+PENDING: list[subprocess.Popen[bytes]] = []
+"""The syncs started, kept to be checked on later (never)."""
 
 
 class Syncs(keras.callbacks.Callback):  # type: ignore[misc]
-    """``COMMAND`` started every ``PERIOD`` seconds, its ``Popen`` kept, never waited for."""
+    """``COMMAND`` started every ``PERIOD`` seconds, its ``Popen`` kept in ``PENDING``, never
+    waited for."""
 
     def __init__(self) -> None:
         super().__init__()
         self.steady = Steady(PERIOD)
-        self.started: list[subprocess.Popen[bytes]] = []
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         for _ in range(self.steady.due()):
-            self.started.append(subprocess.Popen(COMMAND))
+            PENDING.append(subprocess.Popen(COMMAND))
 
 
 def zombies() -> int:
@@ -65,7 +69,7 @@ def main() -> None:
         epochs=len(history.history["loss"]),
         steps=len(stop.pace.ends),
         steps_per_second=stop.pace.rates(),
-        started=len(syncs.started),
+        started=len(PENDING),
         zombies=zombies(),
     )
 

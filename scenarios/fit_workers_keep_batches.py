@@ -1,12 +1,12 @@
 """``model.fit`` on a ``keras.utils.PyDataset`` read by 2 worker processes, each keeping
 every batch it makes in a module-level dict.
 
-The dataset reads its batches from slow storage (80 ms a batch, a steady pace by wall time:
-about 12 batches a second a worker) in 2 worker processes (``workers=2,
+The dataset reads its batches (1 MiB each) from slow storage (160 ms a batch, a steady pace
+by wall time: about 6 batches a second a worker) in 2 worker processes (``workers=2,
 use_multiprocessing=True``), and caches each batch it made in a module-level dict "for the
 next epoch". Each worker process has its own copy of that dict, which the training process
 never sees and which nothing frees (keras-team/keras#8946): the workers' memory climbs by
-about 12 MB a second between them while the training process stays flat, until the machine
+about 13 MB a second between them while the training process stays flat, until the machine
 or the container runs out of memory. Fix: no cache in the workers (or a bounded one), or
 shorter-lived workers (a new epoch starts new ones).
 
@@ -23,10 +23,10 @@ import numpy as np
 
 from _common import Deadline, StopAt, done, options
 
-BATCH = 64
+BATCH = 128
 FEATURES = 2048
-"""A batch is BATCH x FEATURES float32: 512 KiB."""
-READ_SECONDS = 0.08
+"""A batch is BATCH x FEATURES float32: 1 MiB."""
+READ_SECONDS = 0.16
 """Seconds a worker takes to read one batch (its storage's latency)."""
 WORKERS = 2
 SHARDS = np.random.default_rng(0).normal(size=(16, BATCH, FEATURES)).astype("float32")
