@@ -106,6 +106,7 @@ def used_mb(directory: Path) -> float:
 def read(pid: int, t: float, logdir: Path) -> Reading | None:
     try:
         fields = status(pid)
+        rss = int(fields["VmRSS"].split()[0]) / 1024
         fds = len(os.listdir(f"/proc/{pid}/fd"))
         tree = descendants(pid)
         workers = 0.0
@@ -119,7 +120,7 @@ def read(pid: int, t: float, logdir: Path) -> Reading | None:
         return None
     return Reading(
         t,
-        int(fields["VmRSS"].split()[0]) / 1024,
+        rss,
         fds,
         int(fields["Threads"]),
         sum(1 for _, state in tree if state != "Z"),

@@ -1,13 +1,18 @@
 """``model.fit`` writing a checkpoint every "epoch" into its logdir and keeping all of them.
 
-A callback saves the model's weights (with the optimizer's state: about 1.4 MB, a
-113k-parameter network) under a new name every 0.25 s of training (a steady rate by wall
-time, standing in for the checkpoint per epoch of a long run) into the logdir, and never
-removes an old one (keras-team/keras-tuner#401, a search's checkpoints filling the disk): the
-logdir's filesystem fills at about 5 MB a second until a save fails with ENOSPC, taking the
-job down. The e2e tests give the logdir a filesystem of its own, a 512-MiB tmpfs, and run the
-program from it. Fix: keep the newest few (``healthy_fit_checkpoints_keep_three``;
-``tf.train.CheckpointManager(max_to_keep=3)``, ``ModelCheckpoint(save_best_only=True)``).
+A callback saves the model and its optimizer (``tf.train.CheckpointManager`` with
+``max_to_keep=None``: keep them all; about 1.4 MB each, a 113k-parameter network and Adam's
+two slots) every 0.25 s of training (a steady rate by wall time, standing in for the
+checkpoint per epoch of a long run) into the logdir, and never removes one
+(keras-team/keras-tuner#401, a search's checkpoints filling the disk): the logdir's
+filesystem fills at about 5 MB a second until a save fails with ENOSPC, taking the job down.
+The e2e tests give the logdir a filesystem of its own, a 512-MiB tmpfs, and run the program
+from it. Fix: keep the newest few (``healthy_fit_checkpoints_keep_three``:
+``max_to_keep=3``; ``ModelCheckpoint(save_best_only=True)``).
+
+Not ``model.save_weights`` nor ``model.save``: in Keras 3.15 each call keeps about 72 KB of
+host memory (600 saves in a loop: +40 MB; ``tf.train.Checkpoint``: flat), a slow leak of its
+own that driftwatch rightly states at the end of a 45-s run (scenarios/README.md).
 
 python scenarios/fit_checkpoints_fill_disk.py [--seconds 20]
 """
@@ -19,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import keras
+import tensorflow as tf
 
 from _common import Deadline, Steady, StopAt, dense_net, done, linear_problem, options
 
@@ -26,28 +32,30 @@ PERIOD = 0.25
 """Seconds of training between two checkpoints."""
 WIDTH = 320
 """Width of the network's two hidden layers: 113k parameters, and a checkpoint of 1.4 MB
-(Keras saves Adam's two slots with the weights)."""
+(with Adam's two slots)."""
 
 
 class Checkpoints(keras.callbacks.Callback):  # type: ignore[misc]
-    """The model's weights saved every ``PERIOD`` seconds under a new name; with ``keep``,
-    only the newest ``keep`` are left."""
+    """The model and its optimizer saved every ``PERIOD`` seconds by a
+    ``tf.train.CheckpointManager`` keeping the newest ``keep`` (``None``: all)."""
 
     def __init__(self, directory: str, keep: int | None = None) -> None:
         super().__init__()
-        self.directory = Path(directory)
+        self.directory = directory
         self.keep = keep
         self.steady = Steady(PERIOD)
-        self.saved: list[Path] = []
+        self.saved = 0
+        self.manager: Any = None
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         if self.steady.due():  # one save, however many periods a slow step spanned
-            path = self.directory / f"ckpt-{len(self.saved) + 1:05d}.weights.h5"
-            self.model.save_weights(str(path))
-            self.saved.append(path)
-            if self.keep is not None:
-                for old in self.saved[: -self.keep]:
-                    old.unlink(missing_ok=True)
+            if self.manager is None:  # once the optimizer has its slots
+                checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.model.optimizer)
+                self.manager = tf.train.CheckpointManager(
+                    checkpoint, self.directory, max_to_keep=self.keep
+                )
+            self.manager.save()
+            self.saved += 1
 
 
 def train(keep: int | None) -> None:
@@ -68,7 +76,7 @@ def train(keep: int | None) -> None:
         epochs=len(history.history["loss"]),
         steps=len(stop.pace.ends),
         steps_per_second=stop.pace.rates(),
-        checkpoints=len(checkpoints.saved),
+        checkpoints=checkpoints.saved,
         checkpoints_mb=round(on_disk / 1e6, 1),
         filesystem_used_mb=round((stats.f_blocks - stats.f_bavail) * stats.f_frsize / 1e6, 1),
         filesystem_mb=round(stats.f_blocks * stats.f_frsize / 1e6, 1),

@@ -2,7 +2,8 @@
 newest three.
 
 ``fit_checkpoints_fill_disk`` fixed: the same 1.4-MB checkpoint every 0.25 s of training,
-each older than the newest three removed as the next is written. The logdir's filesystem
+by a ``tf.train.CheckpointManager`` with ``max_to_keep=3``, which removes each older than the
+newest three as the next is written. The logdir's filesystem
 (a 512-MiB tmpfs in the e2e tests) holds about 4 MB throughout: a level, not a leak.
 
 python scenarios/healthy_fit_checkpoints_keep_three.py [--seconds 20]
