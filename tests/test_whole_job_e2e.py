@@ -84,6 +84,7 @@ class Job:
     logdir: Path
     lines: list[tuple[float, str]] = field(default_factory=list)
     children: set[int] = field(default_factory=set)
+    started: float = field(default_factory=time.time)
 
     @property
     def name(self) -> str:
@@ -234,6 +235,12 @@ def run_to_their_end(jobs: list[Job], *watchers: FirstSeen) -> None:
     for job in jobs:
         assert job.process.returncode == 0, (job.name, job.lines[-5:])
         assert job.done_line().startswith("done "), (job.name, job.lines[-5:])
+    first = min(job.started for job in jobs)
+    began = [job.training_started() - job.started for job in jobs]
+    print(
+        f"jobs: training began {min(began):.0f} to {max(began):.0f} s after their start; "
+        f"all exited {time.time() - first:.0f} s after the first started"
+    )
 
 
 def caught(job: Job, finding: dict[str, Any]) -> bool:
@@ -328,8 +335,10 @@ def test_one_daemon_matching_the_jobs_finds_each_leak_of_the_whole_job(tmp_path:
                 run_to_their_end(jobs, watcher)
                 wait_until(settled(jobs, watcher), SETTLE_SECONDS)  # judged below either way
         finally:
+            stopping = time.monotonic()
             daemon.send_signal(signal.SIGTERM)
             code = daemon.wait(timeout=30)
+            print(f"daemon: stopped {time.monotonic() - stopping:.1f} s after SIGTERM")
     said = log.read_text()
     assert code == 0, said[-3000:]
     assert "Traceback" not in said, said[-3000:]
