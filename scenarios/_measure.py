@@ -161,7 +161,7 @@ def main() -> None:
         measure(name, options, logdir, tmpfs_mib)
     finally:
         if tmpfs_mib:
-            subprocess.run(["umount", str(logdir)], check=True)
+            subprocess.run(["umount", "--lazy", str(logdir)], check=True)
 
 
 def measure(name: str, options: list[str], logdir: Path, tmpfs_mib: int) -> None:
