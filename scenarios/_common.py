@@ -7,6 +7,7 @@ on its own with ``python scenarios/NAME.py`` (Python puts this directory on the 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import tempfile
@@ -169,6 +170,25 @@ class Pace:
         early = (first[-1] - first[0]) / (len(first) - 1)
         late = (last[-1] - last[0]) / (len(last) - 1)
         return f"{early * 1e3:.1f}->{late * 1e3:.1f}ms"
+
+
+class Steady:
+    """A steady rate by wall time: one event every ``period`` seconds from the first call of
+    ``due``, however fast or slow the steps that call it go (a busy host slows them)."""
+
+    def __init__(self, period: float) -> None:
+        self.period = period
+        self.start = math.nan
+        self.count = 0
+
+    def due(self) -> int:
+        """How many events are due now that have not been counted yet (they are now)."""
+        now = time.monotonic()
+        if math.isnan(self.start):
+            self.start = now
+        owed = int((now - self.start) / self.period) + 1 - self.count
+        self.count += owed
+        return owed
 
 
 class StopAt(keras.callbacks.Callback):  # type: ignore[misc]

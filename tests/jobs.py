@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 
 from tests.conftest import EXAMPLES, REPO, TF_ENV, run_cli
 
@@ -58,19 +59,25 @@ def read_findings(path: Path) -> Findings:
 
 
 def watch(
-    args: list[str], findings: Path, env: dict[str, str], timeout: float, enough: Enough | None
+    args: list[str],
+    findings: Path,
+    env: dict[str, str],
+    timeout: float,
+    enough: Enough | None,
+    cwd: Path | None = None,
 ) -> Watched:
-    """``driftwatch run --findings findings *args``; once ``enough`` says the findings so far
-    hold what the test judges, the job gets SIGTERM (driftwatch watches it end and says what
-    it found at the end, as always). Asserts driftwatch exits with the job's status: 0 at
-    the job's own end, ``STOPPED`` when stopped, and no traceback."""
+    """``driftwatch run --findings findings *args`` (in ``cwd``, if given); once ``enough``
+    says the findings so far hold what the test judges, the job gets SIGTERM (driftwatch
+    watches it end and says what it found at the end, as always). Asserts driftwatch exits
+    with the job's status: 0 at the job's own end, ``STOPPED`` when stopped, and no
+    traceback."""
     command = [sys.executable, "-m", "driftwatch", "run", "--findings", str(findings), *args]
     out, err = findings.with_suffix(".stdout"), findings.with_suffix(".stderr")
     stopped = False
     with (
         out.open("w") as stdout,
         err.open("w") as stderr,
-        subprocess.Popen(command, env=env, stdout=stdout, stderr=stderr) as job,
+        subprocess.Popen(command, env=env, stdout=stdout, stderr=stderr, cwd=cwd) as job,
     ):
         deadline = time.monotonic() + timeout
         try:
@@ -101,16 +108,46 @@ def stop_job(driftwatch: int, command: list[str]) -> bool:
     return False
 
 
-def run_scenario(program: str, root: Path, enough: Enough | None = None) -> Watched:
-    """``scenarios/program`` under ``driftwatch run``, its history in ``root/history.db``.
+def run_scenario(
+    program: str, root: Path, enough: Enough | None = None, filesystem_mib: int = 0
+) -> Watched:
+    """``scenarios/program`` under ``driftwatch run``, its history in ``root/history.db``;
+    with ``filesystem_mib``, its logdir is a tmpfs of that size (``small_filesystem``) and
+    the job runs from it.
 
     No flag changes what driftwatch samples or judges; ``--db`` and ``--listen`` only keep
     the test off the user's history and off a port another driftwatch may hold."""
+    logs = root / "logs"
     args = ["--db", str(root / "history.db"), "--listen", "127.0.0.1:0", "--"]
-    args += [sys.executable, str(SCENARIOS / program), "--logdir", str(root / "logs")]
+    args += [sys.executable, str(SCENARIOS / program), "--logdir", str(logs)]
     env = {**os.environ, **ONE_THREAD}  # the job keeps to one core, driftwatch has the other
-    watched = watch(args, root / "findings.jsonl", env, SCENARIO_TIMEOUT, enough)
+    with small_filesystem(logs, filesystem_mib):
+        cwd = logs if filesystem_mib else None
+        watched = watch(args, root / "findings.jsonl", env, SCENARIO_TIMEOUT, enough, cwd)
     return replace(watched, db=root / "history.db")
+
+
+@contextmanager
+def small_filesystem(directory: Path, mib: int) -> Iterator[None]:
+    """A tmpfs of ``mib`` MiB mounted at ``directory`` (made if missing) while in the block,
+    unmounted after; nothing (``directory`` left as it is) when ``mib`` is 0. Skips the test
+    where it cannot mount one (not root)."""
+    if not mib:
+        yield
+        return
+    directory.mkdir(parents=True, exist_ok=True)
+    mount = ["mount", "-t", "tmpfs", "-o", f"size={mib}m", "tmpfs", str(directory)]
+    try:
+        mounted = subprocess.run(mount, capture_output=True, text=True, check=False, timeout=30)
+    except OSError as err:  # no mount(8)
+        pytest.skip(f"cannot mount a tmpfs here: {err}")
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield
+    finally:
+        # Lazily: a process of the job still holding a file there lets go of it as it exits.
+        subprocess.run(["umount", "--lazy", str(directory)], check=True, timeout=30)
 
 
 @dataclass(frozen=True)

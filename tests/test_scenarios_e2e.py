@@ -31,6 +31,7 @@ class Verdict:
     missed: str  # why driftwatch does not yet get it right; empty: it must
     alone: bool  # run with no job beside it, though judged on growth alone
     top_cause: str  # the cause a caught slowdown or stall must rank first; empty: any
+    filesystem_mib: int  # its logdir is a tmpfs of this size, and its working directory; 0: no
 
     def __str__(self) -> str:
         return self.name
@@ -59,6 +60,7 @@ def load_verdicts() -> list[Verdict]:
             table.get("missed", ""),
             table.get("alone", False),
             table.get("top_cause", ""),
+            table.get("filesystem_mib", 0),
         )
         for name, table in tables.items()
     ]
@@ -130,7 +132,8 @@ def test_a_failing_scenario_is_caught_with_default_flags(verdict: Verdict, tmp_p
         return any(right(finding, verdict) for finding in loud(findings))
 
     enough = None if verdict.forbidden else caught_one
-    findings = loud(judged(verdict, run_scenario(verdict.program, tmp_path, enough)))
+    run = run_scenario(verdict.program, tmp_path, enough, verdict.filesystem_mib)
+    findings = loud(judged(verdict, run))
     caught = [finding for finding in findings if right(finding, verdict)]
     classes = f" (a leak as {sorted(verdict.leak_classes)})" if verdict.leak_classes else ""
     assert caught, f"expected one of {sorted(verdict.kinds)}{classes}, got: {described(findings)}"
@@ -140,7 +143,11 @@ def test_a_failing_scenario_is_caught_with_default_flags(verdict: Verdict, tmp_p
 
 @pytest.mark.parametrize("verdict", [verdict.param() for verdict in HEALTHY])
 def test_a_healthy_scenario_raises_no_warning_with_default_flags(
-    verdict: Verdict, healthy_scenario: Callable[[str], Watched]
+    verdict: Verdict, healthy_scenario: Callable[[str], Watched], tmp_path: Path
 ) -> None:
-    findings = loud(judged(verdict, healthy_scenario(verdict.program)))
+    if verdict.filesystem_mib:  # a run of its own, on its filesystem
+        run = run_scenario(verdict.program, tmp_path, filesystem_mib=verdict.filesystem_mib)
+    else:  # the run other tests judge too
+        run = healthy_scenario(verdict.program)
+    findings = loud(judged(verdict, run))
     assert not findings, described(findings)
