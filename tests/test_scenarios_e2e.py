@@ -32,6 +32,7 @@ class Verdict:
     alone: bool  # run with no job beside it, though judged on growth alone
     top_cause: str  # the cause a caught slowdown or stall must rank first; empty: any
     filesystem_mib: int  # its logdir is a tmpfs of this size, and its working directory; 0: no
+    whole_job: bool  # judged with the whole job's others, under the daemon and attach
 
     def __str__(self) -> str:
         return self.name
@@ -61,14 +62,18 @@ def load_verdicts() -> list[Verdict]:
             table.get("alone", False),
             table.get("top_cause", ""),
             table.get("filesystem_mib", 0),
+            table.get("whole_job", False),
         )
         for name, table in tables.items()
     ]
 
 
 VERDICTS = load_verdicts()
-FAILING = [verdict for verdict in VERDICTS if verdict.kinds]
-HEALTHY = [verdict for verdict in VERDICTS if not verdict.kinds]
+UNDER_RUN = [verdict for verdict in VERDICTS if not verdict.whole_job]
+"""Judged here, one program at a time under ``driftwatch run``; the whole job's programs are
+judged together, under the daemon and attach, by tests/test_whole_job_e2e.py."""
+FAILING = [verdict for verdict in UNDER_RUN if verdict.kinds]
+HEALTHY = [verdict for verdict in UNDER_RUN if not verdict.kinds]
 
 
 def judged(verdict: Verdict, run: Watched) -> list[dict[str, Any]]:

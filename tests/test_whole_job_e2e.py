@@ -33,20 +33,10 @@ from tests.conftest import wait_for
 from tests.jobs import ONE_THREAD, SCENARIOS, Findings, read_findings, small_filesystem
 from tests.test_scenarios_e2e import VERDICTS, Verdict, described, loud
 
-pytestmark = [pytest.mark.tf, pytest.mark.paired]
+pytestmark = pytest.mark.tf  # not paired: nine jobs at once take both cores
 
-WHOLE_JOB = (
-    "fit_workers_keep_batches",
-    "fit_callback_leaks_log_files",
-    "loop_summary_writer_per_epoch",
-    "fit_callback_leaks_threads",
-    "fit_callback_leaves_zombies",
-    "fit_checkpoints_fill_disk",
-    "healthy_fit_pydataset_workers",
-    "healthy_fit_thread_pool_once",
-    "healthy_fit_checkpoints_keep_three",
-)
-"""The programs run at once, by verdict name: six failing, three healthy twins."""
+WHOLE_JOB = [verdict for verdict in VERDICTS if verdict.whole_job]
+"""The programs run at once: those whose verdicts say ``whole_job`` (scenarios/verdicts.toml)."""
 SECONDS = 65
 """``--seconds`` each program trains for. Without the hook a watcher knows no training step:
 a signal's start-up, never judged, lasts until its shape says it ended or 30 s after its
@@ -120,11 +110,6 @@ def key(finding: dict[str, Any]) -> tuple[str, str, str, bool]:
     return finding["run"], finding["kind"], finding["severity"], at_end
 
 
-def whole_job() -> list[Verdict]:
-    by_name = {verdict.name: verdict for verdict in VERDICTS}
-    return [by_name[name] for name in WHOLE_JOB]
-
-
 @contextmanager
 def started_jobs(root: Path, then: Callable[[Job], None] | None = None) -> Iterator[list[Job]]:
     """Every program of ``WHOLE_JOB`` started plainly from its logdir, on a tmpfs mounted at
@@ -134,7 +119,7 @@ def started_jobs(root: Path, then: Callable[[Job], None] | None = None) -> Itera
     with ExitStack() as stack:
         stack.enter_context(small_filesystem(root, JOBS_FILESYSTEM_MIB))
         jobs = []
-        for verdict in whole_job():
+        for verdict in WHOLE_JOB:
             logdir = root / verdict.name
             logdir.mkdir()
             stack.enter_context(small_filesystem(logdir, verdict.filesystem_mib))
@@ -266,11 +251,11 @@ def caught(job: Job, finding: dict[str, Any]) -> bool:
     return True
 
 
-def judge(jobs: list[Job], findings: Findings, seen: dict[str, FirstSeen], how: str) -> None:
-    """Asserts every failing job caught and every healthy one quiet in ``findings`` (those of
-    all the jobs, by run name: the script's); prints what each did, what the watcher said of
-    it, and when: from the job's start of training to the finding's first appearance, live
-    or stated at its end."""
+def judge(jobs: list[Job], findings: Findings, seen: dict[str, FirstSeen], how: str) -> list[str]:
+    """What is wrong in ``findings`` (those of all the jobs, by run name: the script's): a
+    failing job not caught, a healthy one not quiet; prints what each did, what the watcher
+    said of it, and when: from the job's start of training to the finding's first
+    appearance, live or stated at its end."""
     wrong = []
     for job in jobs:
         said = [f for f in findings if f["run"] == job.name]
@@ -283,13 +268,15 @@ def judge(jobs: list[Job], findings: Findings, seen: dict[str, FirstSeen], how: 
                 f"{first - job.training_started():.1f} s into training: {finding['message']}"
             )
         if job.verdict.kinds and not any(caught(job, finding) for finding in said):
-            wrong.append(f"{job.name}: expected {sorted(job.verdict.kinds)}, got {described(said)}")
+            wrong.append(
+                f"{how} {job.name}: expected {sorted(job.verdict.kinds)}, got {described(said)}"
+            )
         if not job.verdict.kinds and loud(said):
-            wrong.append(f"{job.name} (healthy): {described(loud(said))}")
+            wrong.append(f"{how} {job.name} (healthy): {described(loud(said))}")
         forbidden = [f for f in loud(said) if f["kind"] in job.verdict.forbidden]
         if forbidden:
-            wrong.append(f"{job.name} (forbidden): {described(forbidden)}")
-    assert not wrong, "\n".join(wrong)
+            wrong.append(f"{how} {job.name} (forbidden): {described(forbidden)}")
+    return wrong
 
 
 def settled(jobs: list[Job], watcher: FirstSeen) -> Callable[[], bool]:
@@ -313,27 +300,23 @@ def wait_until(predicate: Callable[[], bool], timeout: float) -> None:
         time.sleep(0.5)
 
 
-def test_one_daemon_matching_the_jobs_finds_each_leak_of_the_whole_job(tmp_path: Path) -> None:
-    # Expected: the verdicts of scenarios/verdicts.toml (as under driftwatch run), from one
-    # daemon that finds the nine programs by a pattern of their command lines (their workers
-    # share them, and are watched as part of their jobs, not as jobs of their own).
-    began = time.monotonic()
-    findings = tmp_path / "daemon.jsonl"
-    pattern = rf"scenarios/\w+\.py --logdir {re.escape(str(tmp_path))}/"
+@contextmanager
+def daemon_matching(root: Path, findings: Path) -> Iterator[Path]:
+    """A ``driftwatch daemon`` finding the programs started under ``root`` by a pattern of
+    their command lines (their workers share them, and are watched as part of their jobs,
+    not as jobs of their own), serving ``/metrics``; yields its log, stopped by SIGTERM on
+    leaving, which it must take without an error."""
+    pattern = rf"scenarios/\w+\.py --logdir {re.escape(str(root))}/"
     command = [sys.executable, "-m", "driftwatch", "daemon", "--match", pattern]
-    command += ["--listen", "127.0.0.1:0", "--db", str(tmp_path / "history.db")]
+    command += ["--listen", "127.0.0.1:0", "--db", str(findings.with_suffix(".db"))]
     command += ["--findings", str(findings)]
-    log = tmp_path / "daemon.stderr"
-    watcher = FirstSeen(findings)
-    roots = tmp_path / "jobs"
+    log = findings.with_suffix(".stderr")
     # Its own channel directory: hooked processes elsewhere on the machine are not its.
-    env = {**os.environ, "DRIFTWATCH_RUNTIME_DIR": str(tmp_path / "channels")}
+    env = {**os.environ, "DRIFTWATCH_RUNTIME_DIR": str(findings.parent / "channels")}
     with log.open("w") as stderr, subprocess.Popen(command, stderr=stderr, env=env) as daemon:
         try:
             wait_for(lambda: "metrics at" in log.read_text(), 30, "the daemon to serve /metrics")
-            with started_jobs(roots) as jobs:
-                run_to_their_end(jobs, watcher)
-                wait_until(settled(jobs, watcher), SETTLE_SECONDS)  # judged below either way
+            yield log
         finally:
             stopping = time.monotonic()
             daemon.send_signal(signal.SIGTERM)
@@ -342,19 +325,19 @@ def test_one_daemon_matching_the_jobs_finds_each_leak_of_the_whole_job(tmp_path:
     said = log.read_text()
     assert code == 0, said[-3000:]
     assert "Traceback" not in said, said[-3000:]
-    assert all(f"watching {job.name} (pid {job.process.pid})" in said for job in jobs), said
-    judge(jobs, watcher.poll(), {job.name: watcher for job in jobs}, "daemon")
-    print(f"daemon: {time.monotonic() - began:.0f} s in all")
 
 
-def test_attach_to_each_job_right_after_it_starts_finds_each_leak_of_the_whole_job(
+def test_a_daemon_matching_the_jobs_and_attach_to_each_find_each_leak_of_the_whole_job(
     tmp_path: Path,
 ) -> None:
-    # Expected: the verdicts of scenarios/verdicts.toml (as under driftwatch run), from a
-    # driftwatch attach started on each program's PID right after the program started.
+    # Expected: the verdicts of scenarios/verdicts.toml, from each of two watchers of the
+    # same nine jobs at once: one daemon that finds them by a pattern of their command
+    # lines, and a driftwatch attach started on each program's PID right after it started.
+    # Neither changes what the other reads (both read /proc; no hook is loaded).
     began = time.monotonic()
-    attached: dict[str, tuple[subprocess.Popen[bytes], FirstSeen, Path]] = {}
     roots = tmp_path / "jobs"
+    daemon_findings = FirstSeen(tmp_path / "daemon.jsonl")
+    attached: dict[str, tuple[subprocess.Popen[bytes], FirstSeen, Path]] = {}
 
     with ExitStack() as stack:
 
@@ -370,13 +353,22 @@ def test_attach_to_each_job_right_after_it_starts_finds_each_leak_of_the_whole_j
             stack.callback(stop, process)
             attached[job.name] = (process, FirstSeen(findings), log)
 
+        daemon_log = stack.enter_context(daemon_matching(roots, daemon_findings.path))
         with started_jobs(roots, then=attach) as jobs:
             watchers = [watcher for _, watcher, _ in attached.values()]
-            run_to_their_end(jobs, *watchers)
+            run_to_their_end(jobs, daemon_findings, *watchers)
             for job in jobs:  # each attach ends with its job, after its end's findings
                 process, _, log = attached[job.name]
                 assert process.wait(timeout=SETTLE_SECONDS) == 0, log.read_text()[-3000:]
                 assert "Traceback" not in log.read_text(), log.read_text()[-3000:]
-    findings = [finding for _, watcher, _ in attached.values() for finding in watcher.poll()]
-    judge(jobs, findings, {name: watcher for name, (_, watcher, _) in attached.items()}, "attach")
-    print(f"attach: {time.monotonic() - began:.0f} s in all")
+            # the daemon states its end-of-run findings once it sees each job gone
+            wait_until(settled(jobs, daemon_findings), SETTLE_SECONDS)  # judged below
+    said = daemon_log.read_text()
+    assert all(f"watching {job.name} (pid {job.process.pid})" in said for job in jobs), said
+    attach_findings = [f for _, watcher, _ in attached.values() for f in watcher.poll()]
+    by_attach = {name: watcher for name, (_, watcher, _) in attached.items()}
+    by_daemon = {job.name: daemon_findings for job in jobs}
+    wrong = judge(jobs, attach_findings, by_attach, "attach")
+    wrong += judge(jobs, daemon_findings.poll(), by_daemon, "daemon")
+    assert not wrong, "\n".join(wrong)
+    print(f"daemon and attach: {time.monotonic() - began:.0f} s in all")
