@@ -10,7 +10,7 @@ import threading
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import psutil
@@ -24,13 +24,27 @@ from tests.conftest import TF_ENV
 
 pytestmark = [pytest.mark.tf, pytest.mark.paired]
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+if TYPE_CHECKING:  # for the type checker: at run time _tensorflow() binds them
+    import keras  # noqa: TC004
+    import tensorflow as tf  # noqa: TC004
+    from keras.src.callbacks import callback_list  # noqa: TC004
 
-import keras  # noqa: E402 - after quieting TensorFlow's start-up logging
-import tensorflow as tf  # noqa: E402
-from keras.src.callbacks import callback_list  # noqa: E402
+    from driftwatch.keras import DriftwatchCallback  # noqa: TC004
 
-from driftwatch.keras import DriftwatchCallback  # noqa: E402
+
+@pytest.fixture(autouse=True, scope="module")
+def _tensorflow() -> None:
+    """Keras and TensorFlow, imported when this module's tests first run rather than when
+    it is collected: a run of the other tests (``-m "not tf"``) collects it too, in each of
+    its workers, and the import takes seconds of CPU."""
+    global keras, tf, callback_list, DriftwatchCallback
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import keras
+    import tensorflow as tf
+    from keras.src.callbacks import callback_list
+
+    from driftwatch.keras import DriftwatchCallback
+
 
 FEATURES = 8
 
@@ -78,17 +92,17 @@ def data(batches: int, batch_size: int = 8, nan: bool = False) -> tuple[Any, Any
     return x, y
 
 
-class NaiveBatchEndCallback(keras.callbacks.Callback):  # type: ignore[misc]
-    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-        pass
-
-
 def test_callback_keeps_async_batch_dispatch_on(monkeypatch: pytest.MonkeyPatch) -> None:
     # The TensorFlow backend is not thread-safe, so Keras never dispatches asynchronously
     # there; pretend it is (as JAX is) to see what our callback does to the decision.
     monkeypatch.setattr(callback_list.backend, "IS_THREAD_SAFE", True)
     assert callback_list.CallbackList([DriftwatchCallback(channel_dir=os.devnull)])._async_train
+
     # The control: an ordinary batch-end callback switches async dispatch off.
+    class NaiveBatchEndCallback(keras.callbacks.Callback):  # type: ignore[misc]
+        def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+            pass
+
     assert not callback_list.CallbackList([NaiveBatchEndCallback()])._async_train
 
 
