@@ -49,7 +49,8 @@ lint: $(VENV)/.installed
 # The tests without TensorFlow run four at once: they mostly wait on the processes they
 # start (2.5 min on 4 workers against 5 on 2, side by side at the same load). Tests marked
 # tf train real models, after the rest. Those judged on step times run one at a time, so no
-# other test competes with them for the two cores; those judged on memory, descriptors,
+# other test competes with them for the two cores (as does the one that runs nine jobs at
+# once, which takes both); those judged on memory, descriptors,
 # threads, disk, event files, NaNs or input-wait shares only, or on nothing timed (marked
 # paired), run two at once.
 test: $(VENV)/.installed system-deps
