@@ -10,11 +10,26 @@ Run from the repository root, after ``make bench-deps`` (installs the Debian pac
 
     .venv/bin/python bench/process_exporter.py                        # both phases, ~11 min
     .venv/bin/python bench/process_exporter.py --settled-seconds 60   # a shorter second phase
+    .venv/bin/python bench/process_exporter.py --workers-per-job 0 4  # and jobs with workers
 
 The setup. Eight real processes, as in ``bench/soak.py``'s real-time part: four ``sleep`` and
 four running a real ``driftwatch.Hook`` loop (a 0.5 s step, TensorFlow probes off). One
 regular expression, with a named group ``target`` capturing each one's own tag from its
-command line, finds exactly these 8, and both exporters are given it:
+command line, finds exactly these 8, and both exporters are given it.
+
+With ``--workers-per-job W`` (W > 0) each of the 8 is a job of 1 + W processes: a Python
+process (in place of ``sleep``: a 0.5 s sleep loop; or the same hooked loop) that forks W
+worker processes (``multiprocessing``, as a Keras ``PyDataset``'s workers are started),
+each making a small batch every 0.5 s; a worker has its parent's command line, as a forked
+one does, and exits once its parent is gone. Each exporter must count each job as one
+target of 1 + W processes (driftwatch's ``driftwatch_job_processes``, process-exporter's
+``namedprocess_namegroup_num_procs``: it adds a tracked process's children to its group,
+its ``-children`` default), else there is no verdict. Several values of ``W`` run side by
+side, each with its own 8 targets, daemon, process-exporter and pattern, all at once and
+scraped by the same client: ``--workers-per-job 0 4`` measures the plain 8 and the 8 jobs
+with 4 workers each in one run.
+
+Each configuration's exporters:
 
 - ``driftwatch daemon --match REGEX --interval I`` (the default configuration otherwise, its
   history in a fresh database, findings to a file), a process of its own; the hooked four
@@ -49,9 +64,10 @@ user's would count (its log lines are printed). driftwatch's CPU time is also sp
 its main thread's (discovery, sampling, detectors) and the others' (HTTP, history writer).
 
 Exit status 0 when driftwatch's CPU per target is lower than process-exporter's in the
-settled phase (the goal), 1 when it is not, 2 when the run could not be made or
-driftwatch watched other runs beside the 8 in the settled phase (no verdict: other jobs'
-samples, detectors and history are not one of the 8 targets' cost).
+settled phase (the goal) in every configuration, 1 when it is not, 2 when the run could not
+be made, driftwatch watched other runs beside the 8 in the settled phase (no verdict: other
+jobs' samples, detectors and history are not one of the 8 targets' cost) or an exporter did
+not count each job's workers into it at the settled phase's last scrape.
 """
 
 from __future__ import annotations
@@ -73,13 +89,14 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
-from soak import HOOK_LOOP, HOOKED, TARGETS, mb, processes
+from soak import HOOK_LOOP, HOOKED, TARGETS, mb
 
 from driftwatch.channel.env import RUNTIME_DIR_ENV
 from driftwatch.channel.paths import ensure_private_dir, list_channels
@@ -96,6 +113,35 @@ AFTER_YOUTH = 5.0
 """Seconds between the youngest target's 5th minute and the settled phase's start."""
 TARGET_LABELS = {"driftwatch": "run", "process-exporter": "groupname"}
 """The label naming a target in each exposition."""
+PROCESS_FAMILIES = {
+    "driftwatch": "driftwatch_job_processes",
+    "process-exporter": "namedprocess_namegroup_num_procs",
+}
+"""The family counting each target's processes (the job's) in each exposition."""
+WORKERS_JOB = """
+import multiprocessing, os, sys, time
+workers, channels = int(sys.argv[2]), sys.argv[3:]
+if channels:
+    import driftwatch
+    hook = driftwatch.Hook(run=sys.argv[1], channel_dir=channels[0],
+                           probe_every_steps=10**9, probe_every_seconds=1e9)
+def work(parent):
+    while os.getppid() == parent:
+        bytes(sum(range(2000)) % 65536)
+        time.sleep(0.5)
+fork = multiprocessing.get_context("fork")
+for _ in range(workers):
+    fork.Process(target=work, args=(os.getpid(),)).start()
+while True:
+    if channels:
+        with hook.step():
+            time.sleep(0.5)
+    else:
+        time.sleep(0.5)
+"""
+"""A job of ``argv[2]`` forked workers (each a small batch every 0.5 s, until its parent is
+gone); hooked when ``argv[3]`` names a channel directory (run ``argv[1]``), as
+``soak.HOOK_LOOP``; ``argv[1]`` is the job's tag either way."""
 PRIVATE_TMP = (
     *("unshare", "--mount", "--propagation", "private", "--", "sh", "-c"),
     "mount -t tmpfs tmpfs /tmp && { [ ! -d /run/user ] || mount -t tmpfs tmpfs /run/user; } "
@@ -132,18 +178,28 @@ class Exposition:
     samples: int
     targets: frozenset[str]
     """The values of the label that names a target."""
+    processes: dict[str, float]
+    """How many processes the exporter counts in each target (the job's)."""
 
 
-def summarize(text: str, target_label: str) -> Exposition:
-    """The families, samples and targets in a Prometheus text exposition."""
+def summarize(text: str, target_label: str, processes_family: str) -> Exposition:
+    """The families, samples and targets in a Prometheus text exposition, and each target's
+    processes (family ``processes_family``)."""
     families: set[str] = set()
     targets: set[str] = set()
+    processes: dict[str, float] = {}
     samples = 0
     for family in text_string_to_metric_families(text):
         families.add(family.name)
         samples += len(family.samples)
         targets.update(s.labels[target_label] for s in family.samples if target_label in s.labels)
-    return Exposition(frozenset(families), samples, frozenset(targets))
+        if family.name == processes_family:
+            processes.update(
+                (s.labels[target_label], s.value)
+                for s in family.samples
+                if target_label in s.labels
+            )
+    return Exposition(frozenset(families), samples, frozenset(targets), processes)
 
 
 @dataclass
@@ -172,7 +228,7 @@ class Exporter:
             return
         self.latencies.append(time.perf_counter() - started)
         self.sizes.append(len(body))
-        self.last = summarize(body.decode(), TARGET_LABELS[self.name])
+        self.last = summarize(body.decode(), TARGET_LABELS[self.name], PROCESS_FAMILIES[self.name])
         self.counts.append(len(self.last.targets))
         self.rss_peak = max(self.rss_peak, proc_memory(self.process.pid)[0])
 
@@ -202,16 +258,76 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def targets(channels: Path, tag: str) -> tuple[list[list[str]], str]:
-    """The 8 commands (the hooked ones keeping their channels in ``channels``), and the
-    regular expression that finds them alone (group ``target``: each one's tag)."""
-    sleeps = [["sleep", f"86400.{tag}{i}"] for i in range(TARGETS - HOOKED)]
-    hooked = [
-        [sys.executable, "-c", HOOK_LOOP, f"bench{tag}-hooked-{i}", str(channels)]
-        for i in range(HOOKED)
-    ]
+def targets(channels: Path, tag: str, workers: int) -> tuple[list[list[str]], str]:
+    """The 8 commands (the hooked ones keeping their channels in ``channels``; each one a job
+    of ``workers`` forked workers besides itself when ``workers`` is not 0), and the regular
+    expression that finds them alone (group ``target``: each one's tag)."""
+    if workers:
+        job = [sys.executable, "-c", WORKERS_JOB]
+        sleeps = [[*job, f"86400.{tag}{i}", str(workers)] for i in range(TARGETS - HOOKED)]
+        hooked = [
+            [*job, f"bench{tag}-hooked-{i}", str(workers), str(channels)] for i in range(HOOKED)
+        ]
+    else:
+        sleeps = [["sleep", f"86400.{tag}{i}"] for i in range(TARGETS - HOOKED)]
+        hooked = [
+            [sys.executable, "-c", HOOK_LOOP, f"bench{tag}-hooked-{i}", str(channels)]
+            for i in range(HOOKED)
+        ]
     # The literal pattern (in the daemon's own command line) has "\d" where a digit is due.
     return sleeps + hooked, rf"(?P<target>86400\.{tag}\d|bench{tag}-hooked-\d)"
+
+
+@dataclass
+class Setup:
+    """One configuration of the run: its 8 targets (each a job of 1 + ``workers``
+    processes), their pattern, its files and its two exporters."""
+
+    workers: int
+    workdir: Path
+    commands: list[list[str]]
+    pattern: str
+    exporters: list[Exporter] = field(default_factory=list)
+
+    @property
+    def channels(self) -> Path:
+        return self.workdir / "channels"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment of its targets and daemon: its own channel directory."""
+        return {**os.environ, RUNTIME_DIR_ENV: str(self.channels)}
+
+    def counted(self) -> bool:
+        """Whether each exporter's last scrape showed the 8 targets, each of 1 + ``workers``
+        processes."""
+        return all(
+            e.last is not None
+            and len(e.last.targets) == TARGETS
+            and all(e.last.processes.get(t) == 1 + self.workers for t in e.last.targets)
+            for e in self.exporters
+        )
+
+
+def make_setup(workdir: Path, workers: int) -> Setup:
+    tag = f"{uuid.uuid4().int % 10**6:06d}"
+    directory = workdir / f"workers-{workers}"
+    directory.mkdir()
+    commands, pattern = targets(ensure_private_dir(directory / "channels"), tag, workers)
+    return Setup(workers, directory, commands, pattern)
+
+
+@contextmanager
+def running(setups: list[Setup]) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Every setup's targets, started together; killed and reaped afterwards (their workers
+    exit once their parent is gone)."""
+    started = [subprocess.Popen(c, env=s.env) for s in setups for c in s.commands]
+    try:
+        yield started
+    finally:
+        for process in started:
+            process.kill()
+            process.wait()
 
 
 class Scraper(threading.Thread):
@@ -247,22 +363,36 @@ def wait_until(condition: Callable[[], bool], timeout: float) -> bool:
     return False
 
 
-def measure(exporters: list[Exporter], name: str, until: float) -> Phase:
-    """Each exporter's CPU time and memory from now until the wall-clock time ``until``."""
-    for exporter in exporters:
+def daemon_main_thread(setup: Setup) -> float:
+    """CPU time of the main thread of ``setup``'s daemon, in seconds."""
+    daemon = setup.exporters[0].process.pid
+    return cpu_seconds(daemon, daemon)
+
+
+def measure(setups: list[Setup], name: str, until: float) -> list[Phase]:
+    """Each setup's exporters' CPU time and memory from now until the wall-clock time
+    ``until``, all over the same time."""
+    everyone = [e for s in setups for e in s.exporters]
+    for exporter in everyone:
         exporter.rss_peak, exporter.counts = 0, []
-    daemon = exporters[0].process.pid
-    cpu0 = {e.name: e.cpu() for e in exporters}
-    main0 = cpu_seconds(daemon, daemon)
+    cpu0 = {id(e): e.cpu() for e in everyone}
+    main0 = {id(s): daemon_main_thread(s) for s in setups}
     started = time.monotonic()
     time.sleep(max(0.0, until - time.time()))
     wall = time.monotonic() - started
-    cpu = {e.name: e.cpu() - cpu0[e.name] for e in exporters}
-    main = cpu_seconds(daemon, daemon) - main0
-    rss_end = {e.name: proc_memory(e.process.pid)[0] for e in exporters}
-    rss_peak = {e.name: max(e.rss_peak, rss_end[e.name]) for e in exporters}
-    seen = {e.name: statistics.mean(e.counts or [0]) for e in exporters}
-    return Phase(name, wall, cpu, rss_end, rss_peak, seen, main)
+    spent = {id(e): e.cpu() - cpu0[id(e)] for e in everyone}
+    main = {id(s): daemon_main_thread(s) - main0[id(s)] for s in setups}
+    phases = []
+    for setup in setups:
+        exporters = setup.exporters
+        main_thread = main[id(setup)]
+        cpu = {e.name: spent[id(e)] for e in exporters}
+        rss_end = {e.name: proc_memory(e.process.pid)[0] for e in exporters}
+        rss_peak = {e.name: max(e.rss_peak, rss_end[e.name]) for e in exporters}
+        seen = {e.name: statistics.mean(e.counts or [0]) for e in exporters}
+        label = f"{name}, {setup.workers} workers per job"
+        phases.append(Phase(label, wall, cpu, rss_end, rss_peak, seen, main_thread))
+    return phases
 
 
 def report_phase(phase: Phase, interval: float) -> float:
@@ -343,9 +473,10 @@ def private_tmp() -> bool:
     return probe.returncode == 0
 
 
-def start(workdir: Path, pattern: str, interval: float, isolated: bool) -> list[Exporter]:
-    """Both exporters, started together; driftwatch's first (``isolated``: with a ``/tmp``
-    of its own)."""
+def start(setup: Setup, interval: float, isolated: bool) -> list[Exporter]:
+    """Both exporters of ``setup``, started together; driftwatch's first (``isolated``: with
+    a ``/tmp`` of its own)."""
+    workdir, pattern = setup.workdir, setup.pattern
     dw_port, pe_port = free_port(), free_port()
     config = workdir / "process-exporter.yml"
     # The pattern goes in a YAML single-quoted string: only "'" would need doubling.
@@ -360,6 +491,7 @@ def start(workdir: Path, pattern: str, interval: float, isolated: bool) -> list[
             *("--db", str(workdir / "history.db"), "--findings", str(workdir / "findings.jsonl")),
         ],
         stderr=(workdir / "daemon.log").open("wb"),
+        env=setup.env,
     )
     exporter = subprocess.Popen(
         [EXPORTER, "-config.path", str(config), "-web.listen-address", f"127.0.0.1:{pe_port}"],
@@ -384,74 +516,123 @@ def stop(exporters: list[Exporter]) -> None:
             exporter.process.wait()
 
 
-def compare(workdir: Path, interval: float, settled_seconds: float, isolated: bool) -> bool | None:
-    """The whole run; whether driftwatch was cheaper per target once settled (None: the run
-    could not be made)."""
-    tag = f"{uuid.uuid4().int % 10**6:06d}"
-    channels = ensure_private_dir(workdir / "channels")
-    commands, pattern = targets(channels, tag)
-    print(f"targets: {TARGETS - HOOKED} sleep, {HOOKED} hooked loops; pattern {pattern!r}")
-    with processes(commands) as children:
+def compare(
+    workdir: Path, interval: float, settled_seconds: float, isolated: bool, workers: list[int]
+) -> bool | None:
+    """The whole run, one setup per value of ``workers`` side by side; whether driftwatch
+    was cheaper per target once settled in every one (None: the run could not be made, or
+    gave no verdict)."""
+    setups = [make_setup(workdir, count) for count in workers]
+    for setup in setups:
+        print(
+            f"{setup.workers} workers per job: {TARGETS - HOOKED} "
+            f"{'sleep' if not setup.workers else 'sleeping'}, {HOOKED} hooked loops; "
+            f"pattern {setup.pattern!r}"
+        )
+    with running(setups) as children:
         youngest = max(psutil.Process(c.pid).create_time() for c in children)
         pids = {child.pid for child in children}
         # The hooks' channels first, as for jobs already running when the daemon starts.
-        if not wait_until(lambda: len(list_channels(channels)) == HOOKED, READY_TIMEOUT):
-            print(f"the {HOOKED} hooked targets made no channel in {channels}")
-            return None
-        exporters = start(workdir, pattern, interval, isolated)
-        scraper = Scraper(exporters, interval)
+        for setup in setups:
+            if not wait_until(
+                lambda s=setup: len(list_channels(s.channels)) == HOOKED, READY_TIMEOUT
+            ):
+                print(f"the {HOOKED} hooked targets made no channel in {setup.channels}")
+                return None
+        for setup in setups:
+            setup.exporters = start(setup, interval, isolated)
+        everyone = [e for s in setups for e in s.exporters]
+        scraper = Scraper(everyone, interval)
         try:
             scraper.start()
-            if not wait_until(
-                lambda: all(e.last and len(e.last.targets) == TARGETS for e in exporters),
-                READY_TIMEOUT,
-            ):
-                seen = {e.name: len(e.last.targets) if e.last else None for e in exporters}
-                print(f"not every exporter saw the {TARGETS} targets in time: {seen}")
-                print(f"(logs in {workdir}: daemon.log, process-exporter.log)")
+            if not wait_until(lambda: all(s.counted() for s in setups), READY_TIMEOUT):
+                for setup in setups:
+                    seen = {e.name: e.last.processes if e.last else None for e in setup.exporters}
+                    print(
+                        f"not every exporter saw the {TARGETS} targets of 1 + {setup.workers} "
+                        f"processes in time: {seen} (logs in {setup.workdir})"
+                    )
                 return None
-            for exporter in exporters:
+            for exporter in everyone:
                 exporter.errors = 0  # refused before it listened
             age = time.time() - youngest
-            print(f"both exporters see all {TARGETS} targets {age:.1f} s after they started")
+            print(
+                f"every exporter sees all {TARGETS} targets, each with its workers, "
+                f"{age:.1f} s after they started"
+            )
             young = measure(
-                exporters, "young phase (driftwatch samples every 0.5 s)", youngest + YOUNG_SECONDS
+                setups, "young phase (driftwatch samples every 0.5 s)", youngest + YOUNG_SECONDS
             )
             time.sleep(AFTER_YOUTH)
             settled = measure(
-                exporters,
+                setups,
                 f"settled phase (driftwatch samples every {interval:g} s)",
                 time.time() + settled_seconds,
             )
+            counted = {s.workers: s.counted() for s in setups}
         finally:
             scraper.stop()
-            alive = [e for e in exporters if e.process.poll() is None]
-            hwm = {e.name: proc_memory(e.process.pid)[1] for e in alive}
-            total = {e.name: e.cpu() for e in alive}
-            stop(exporters)
+            alive = [e for e in everyone if e.process.poll() is None]
+            hwm = {id(e): proc_memory(e.process.pid)[1] for e in alive}
+            total = {id(e): e.cpu() for e in alive}
+            stop(everyone)
     print(f"scrape rounds: {scraper.rounds}, every {interval:g} s")
+    verdicts: list[bool | None] = []
+    for setup, young_phase, settled_phase in zip(setups, young, settled, strict=True):
+        verdicts.append(
+            judge(setup, young_phase, settled_phase, interval, hwm, total, pids, counted)
+        )
+    if any(v is None for v in verdicts):
+        return None
+    return all(verdicts)
+
+
+def judge(
+    setup: Setup,
+    young: Phase,
+    settled: Phase,
+    interval: float,
+    hwm: dict[int, int],
+    total: dict[int, float],
+    pids: set[int],
+    counted: dict[int, bool],
+) -> bool | None:
+    """Report one setup's run; whether driftwatch was cheaper per target once settled (None:
+    no verdict)."""
+    print(f"\n== {setup.workers} workers per job ==")
     report_phase(young, interval)
     ratio = report_phase(settled, interval)
     print(
         "\nsince each started (start-up included): "
-        + "; ".join(f"{n}: CPU {total[n]:.2f} s, peak RSS (VmHWM) {mb(hwm[n])}" for n in hwm)
+        + "; ".join(
+            f"{e.name}: CPU {total[id(e)]:.2f} s, peak RSS (VmHWM) {mb(hwm[id(e)])}"
+            for e in setup.exporters
+            if id(e) in hwm
+        )
     )
-    foreign = foreign_runs(workdir / "daemon.log", pids)
+    foreign = foreign_runs(setup.workdir / "daemon.log", pids)
     if foreign:
         print("driftwatch also watched other hooked processes of this machine (log lines):")
         for line in foreign:
             print(f"  {line}")
-    report_exports(exporters, workdir)
+    report_exports(setup.exporters, setup.workdir)
     if settled.targets["driftwatch"] != TARGETS:
         print(
             f"\nno verdict: driftwatch watched {settled.targets['driftwatch']:.2f} runs on average "
             f"once settled, not {TARGETS} (other jobs on this machine): run it again"
         )
         return None
+    if not counted[setup.workers]:
+        seen = {e.name: e.last.processes if e.last else None for e in setup.exporters}
+        print(
+            f"\nno verdict: at the settled phase's end an exporter did not count 1 + "
+            f"{setup.workers} processes in each target: {seen}"
+        )
+        return None
     cheaper = ratio < 1.0
     print(
-        f"\ngoal: driftwatch's CPU per target lower than process-exporter's once settled "
-        f"({ratio:.2f}x): {'met' if cheaper else 'MISSED'}"
+        f"\ngoal ({setup.workers} workers per job): driftwatch's CPU per target lower than "
+        f"process-exporter's once settled ({ratio:.2f}x): {'met' if cheaper else 'MISSED'}"
     )
     return cheaper
 
@@ -468,7 +649,18 @@ def main() -> int:
     parser.add_argument(
         "--settled-seconds", type=float, default=300.0, help="length of the settled phase"
     )
+    parser.add_argument(
+        "--workers-per-job",
+        type=int,
+        nargs="+",
+        default=[0],
+        metavar="W",
+        help="worker processes forked by each target; several values run side by side, each "
+        "with its own targets and exporters (default: 0, the 8 targets alone)",
+    )
     args = parser.parse_args()
+    if len(set(args.workers_per_job)) != len(args.workers_per_job) or min(args.workers_per_job) < 0:
+        parser.error("--workers-per-job: distinct values, 0 or more")
     if shutil.which(EXPORTER) is None:
         print(f"{EXPORTER} is not installed: run `make bench-deps` (as root)", file=sys.stderr)
         return 2
@@ -487,9 +679,10 @@ def main() -> int:
     )
     parent = WORKDIR_PARENT if isolated else None
     with tempfile.TemporaryDirectory(prefix="driftwatch-vs-pe-", dir=parent) as tmp:
-        # Targets and daemon alike: a target found by the pattern has its channel here too.
-        os.environ[RUNTIME_DIR_ENV] = str(Path(tmp) / "channels")
-        cheaper = compare(Path(tmp), args.interval, args.settled_seconds, isolated)
+        # Each setup's targets and daemon have its own channel directory (``Setup.env``).
+        cheaper = compare(
+            Path(tmp), args.interval, args.settled_seconds, isolated, args.workers_per_job
+        )
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
     if cheaper is None:
         return 2
