@@ -174,6 +174,40 @@ def test_no_hook_leaves_the_job_alone() -> None:
     assert "0 False" in result.stdout.splitlines()
 
 
+def test_the_ranks_of_one_job_share_the_run_name_of_their_environment() -> None:
+    # Expected: every rank of a job started with DRIFTWATCH_RUN=NAME (a pod's spec, a
+    # launcher's) is the run NAME, the job told it too; a --run flag names it instead.
+    job = "import os\nos.write(1, f\"run={os.environ['DRIFTWATCH_RUN']}\\n\".encode())"
+    for flags, named in (((), "ranks-of-one-job"), (("--run", "flagged"), "flagged")):
+        result = run_cli(
+            "run",
+            "--no-hook",
+            *flags,
+            "--listen",
+            "127.0.0.1:0",
+            *python_job(job),
+            env={"DRIFTWATCH_RUN": "ranks-of-one-job"},
+        )
+        assert result.returncode == 0, result.stderr
+        assert f"run={named}" in result.stdout.splitlines(), result.stdout
+        assert f" {named}: RSS" in result.stdout, result.stdout  # the live line's run
+
+
+def test_attach_names_the_run_by_the_processs_own_environment() -> None:
+    # Expected: a process started with DRIFTWATCH_RUN=NAME, attached to, is the run NAME.
+    job = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(4)"],
+        env={**os.environ, "DRIFTWATCH_RUN": "attached-rank"},
+    )
+    try:
+        result = run_cli("attach", str(job.pid), "--listen", "127.0.0.1:0")
+    finally:
+        job.kill()
+        job.wait()
+    assert result.returncode == 0, result.stderr
+    assert " attached-rank: RSS" in result.stdout, result.stdout
+
+
 def test_the_jobs_own_sitecustomize_still_runs(tmp_path: Path) -> None:
     (tmp_path / "sitecustomize.py").write_text("import builtins; builtins.JOB_SITE = 'loaded'\n")
     job = (

@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 
 from driftwatch import __version__
+from driftwatch.channel.env import run_name_from
 from driftwatch.commands import bundle
 from driftwatch.commands.analyze import analyze_run
 from driftwatch.commands.demo import DEFAULT_EXAMPLE, examples, find_example, run_demo
@@ -46,7 +47,7 @@ from driftwatch.report.json import to_json as report_json
 from driftwatch.report.text import to_text as report_text
 from driftwatch.runtime.snapshot import Snapshot
 from driftwatch.sources import default_sources
-from driftwatch.target.process import Target, default_run_name
+from driftwatch.target.process import Target
 
 app = typer.Typer(
     name="driftwatch",
@@ -76,6 +77,16 @@ def _root(
     """Watch long TensorFlow/Keras training runs and say early when they drift."""
 
 
+def name_of_run(target: Target) -> str:
+    """The run name of a process attached to: its ``$DRIFTWATCH_RUN``, else its script's
+    name (also when its environment may not be read)."""
+    try:
+        environ = target.environ()
+    except DriftwatchError:
+        environ = {}
+    return run_name_from(environ, list(target.info.command), target.info.name)
+
+
 @app.command()
 @watch_options
 @serve_options
@@ -86,7 +97,7 @@ def attach(
 ) -> None:
     """Watch a running process that was started without driftwatch."""
     target = Target.attach(pid)
-    run_name = watch.run or default_run_name(list(target.info.command), target.info.name)
+    run_name = watch.run or name_of_run(target)
     stop = threading.Event()
     with handling_signals(stop.set) as received:
         sources = default_sources(target, watch.logdirs)

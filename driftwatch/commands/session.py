@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.live import Live
 
 from driftwatch.capture.capturer import capturer_for
+from driftwatch.channel.env import run_name_from
 from driftwatch.channel.paths import process_channel, remove_channel
 from driftwatch.commands.launch import (
     StderrPump,
@@ -43,7 +44,7 @@ from driftwatch.history.writer import DEFAULT_RETENTION, History
 from driftwatch.runtime.monitor import Monitor, watch
 from driftwatch.runtime.snapshot import Sink, Snapshot
 from driftwatch.sources import Source, default_sources
-from driftwatch.target.process import Target, TargetInfo, default_run_name
+from driftwatch.target.process import Target, TargetInfo
 from driftwatch.view.terminal import LiveView, PlainView, render_summary
 
 PRINT_SLACK = 0.9
@@ -252,7 +253,7 @@ def watch_job(
     cpu_allocator_stats: bool,
 ) -> int:
     """Start ``command``, watch it until it exits, print the summary; its exit code."""
-    run_name = watch.run or default_run_name(command, Path(command[0]).name)
+    run_name = watch.run or run_name_from(os.environ, command, Path(command[0]).name)
     env = child_environment(dict(os.environ), hook, run_name)
     if cpu_allocator_stats:
         env["TF_CPU_ALLOCATOR_USE_BFC"] = "true"

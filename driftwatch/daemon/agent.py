@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from driftwatch.capture.capturer import capturer_for
-from driftwatch.channel.env import RUN_ENV
+from driftwatch.channel.env import run_name_from
 from driftwatch.channel.paths import channel_dirs
 from driftwatch.daemon.config import Config
 from driftwatch.daemon.discovery import (
@@ -51,7 +51,7 @@ from driftwatch.runtime.monitor import Cadence, Monitor, Pacer
 from driftwatch.runtime.snapshot import Snapshot
 from driftwatch.sources import default_sources
 from driftwatch.sources.host import NodePressure
-from driftwatch.target.process import Target, default_run_name
+from driftwatch.target.process import Target
 
 log = logging.getLogger(__name__)
 
@@ -195,8 +195,7 @@ class Daemon:
     @staticmethod
     def _default_name(target: Target) -> str:
         """``$DRIFTWATCH_RUN`` of the process, else the script's name."""
-        run = target.environ().get(RUN_ENV)
-        return run or default_run_name(list(target.info.command), target.info.name)
+        return run_name_from(target.environ(), list(target.info.command), target.info.name)
 
     def _unique_name(self, name: str, pid: int) -> str:
         """``name``, or ``name-PID`` if a live run has it: label values stay unique."""
