@@ -14,7 +14,6 @@ from typing import Annotated
 import typer
 
 from driftwatch import __version__
-from driftwatch.channel.env import run_name_from
 from driftwatch.commands import bundle
 from driftwatch.commands.analyze import analyze_run
 from driftwatch.commands.demo import DEFAULT_EXAMPLE, examples, find_example, run_demo
@@ -31,6 +30,7 @@ from driftwatch.commands.session import (
     SessionOptions,
     WatchOptions,
     handling_signals,
+    name_of_run,
     print_summary,
     watch_job,
     watch_one,
@@ -75,16 +75,6 @@ def _root(
     ] = False,
 ) -> None:
     """Watch long TensorFlow/Keras training runs and say early when they drift."""
-
-
-def name_of_run(target: Target) -> str:
-    """The run name of a process attached to: its ``$DRIFTWATCH_RUN``, else its script's
-    name (also when its environment may not be read)."""
-    try:
-        environ = target.environ()
-    except DriftwatchError:
-        environ = {}
-    return run_name_from(environ, list(target.info.command), target.info.name)
 
 
 @app.command()

@@ -36,7 +36,7 @@ from driftwatch.commands.launch import (
     launch,
 )
 from driftwatch.detect.catalog import default_engine
-from driftwatch.errors import TargetGone, UsageError
+from driftwatch.errors import DriftwatchError, TargetGone, UsageError
 from driftwatch.export.http import MetricsServer
 from driftwatch.export.prometheus import metrics_app
 from driftwatch.findings import Finding
@@ -211,6 +211,16 @@ class WatchResult:
     monitor: Monitor
     ended: str | None
     started: float
+
+
+def name_of_run(target: Target) -> str:
+    """The run name of a process attached to: its ``$DRIFTWATCH_RUN``, else its script's
+    name (also when its environment may not be read)."""
+    try:
+        environ = target.environ()
+    except DriftwatchError:
+        environ = {}
+    return run_name_from(environ, list(target.info.command), target.info.name)
 
 
 def watch_one(
