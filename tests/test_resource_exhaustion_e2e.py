@@ -30,6 +30,7 @@ import errno, os, sys, threading, time
 from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import keras
+import tensorflow as tf
 
 keras.utils.set_random_seed(0)
 model = keras.Sequential(
@@ -92,7 +93,12 @@ class Leak(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
-model.fit(x, y, batch_size=32, epochs=1000, verbose=0, callbacks=[Leak()])
+# One epoch over the data repeated: TensorFlow makes its iterator, and that iterator's
+# threads, once. An iterator made anew each epoch may be the first to find the thread limit
+# reached, and TensorFlow then aborts the job (a failed check in its thread pool) instead of
+# the leak's thread start raising.
+batches = tf.data.Dataset.from_tensor_slices((x, y)).batch(32).repeat()
+model.fit(batches, steps_per_epoch=10**8, epochs=1, verbose=0, callbacks=[Leak()])
 print("threads_end", time.time(), threading.active_count(), flush=True)
 """
 
