@@ -1,11 +1,8 @@
 """Stack dumps of every Python thread of a process, with py-spy (the ``capture`` extra).
 
-``py-spy dump --nonblocking --pid PID`` reads the target's memory from outside (ptrace), so
-it needs what ``attach`` needs to read a process, and a little more: the same user, or root,
-and in a container the SYS_PTRACE capability. Without ``--nonblocking`` py-spy stops the
-target while it reads it: a monitor must not stop the job it watches (a rank of a
-distributed job held for seconds makes its peers wait, and a stall it causes asks for
-another dump), so a thread's innermost frame may be read as it changes.
+``py-spy dump --pid PID`` reads the target's memory from outside (ptrace), so it needs what
+``attach`` needs to read a process, and a little more: the same user, or root, and in a
+container the SYS_PTRACE capability.
 """
 
 from __future__ import annotations
@@ -20,7 +17,7 @@ from driftwatch.errors import CaptureUnavailable, TargetGone
 from driftwatch.target.access import denied
 
 STACK_TIMEOUT_SECONDS = 30.0
-"""Seconds after which a py-spy dump is killed and the capture given up."""
+"""A py-spy dump that takes longer is killed (it pauses the target while it reads it)."""
 PY_SPY = "py-spy"
 INSTALL_HINT = "pip install py-spy"
 _DENIED = ("permission denied", "operation not permitted")
@@ -49,7 +46,7 @@ def dump_stacks(pid: int, binary: str | None = None) -> str:
         raise CaptureUnavailable(f"no stack dump: py-spy is not installed ({INSTALL_HINT})")
     try:
         done = subprocess.run(
-            [binary, "dump", "--nonblocking", "--pid", str(pid)],
+            [binary, "dump", "--pid", str(pid)],
             capture_output=True,
             text=True,
             errors="replace",
