@@ -173,13 +173,16 @@ def keras_logdir(tmp_path: Path, name: str, *extra: str, epochs: int = 10) -> Pa
 def test_analyze_finds_a_slowdown_in_a_real_keras_logdir(tmp_path: Path) -> None:
     # 20 s of steps of a few ms (blocks of a second: warm-up, then a baseline), then 4 ms of
     # host work added to every step for the run's last 16 s or so: 2-4x slower. Paced by
-    # time, not steps, so a slow or busy host keeps both stretches as long. Not paired: a job
-    # beside it, starting or ending mid-run, can make the step up read as a steady rise.
+    # time, not steps, so a slow or busy host keeps both stretches as long. A slowdown of
+    # either kind: the job's own steps may drift before the step up (records of 5 steps a
+    # 2 s, measured alone: 125-136 in the first 12 s, 42-100 from then to the step up, 37-45
+    # after it), and the run is then told as slowing all through it, 4.65x, gradual.
     args = ("--slow-after-seconds", "20", "--slow-seconds", "0.004", "--seconds", "36")
     logdir = keras_logdir(tmp_path, "slow", *args, epochs=1000)
     findings = analyze(logdir)
-    slowdowns = [f for f in findings if f.kind == "abrupt_slowdown"]
+    slowdowns = [f for f in findings if f.kind in ("abrupt_slowdown", "gradual_slowdown")]
     assert slowdowns, findings
+    assert slowdowns[0].severity.value in ("warning", "critical"), slowdowns
     assert float(slowdowns[0].evidence["ratio"]) > 1.5
 
 
