@@ -96,7 +96,7 @@ from pathlib import Path
 
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
-from soak import HOOK_LOOP, HOOKED, TARGETS, mb
+from soak import HOOK_LOOP, HOOKED, TARGETS, mb, processes
 
 from driftwatch.channel.env import RUNTIME_DIR_ENV
 from driftwatch.channel.paths import ensure_private_dir, list_channels
@@ -321,13 +321,9 @@ def make_setup(workdir: Path, workers: int) -> Setup:
 def running(setups: list[Setup]) -> Iterator[list[subprocess.Popen[bytes]]]:
     """Every setup's targets, started together; killed and reaped afterwards (their workers
     exit once their parent is gone)."""
-    started = [subprocess.Popen(c, env=s.env) for s in setups for c in s.commands]
-    try:
+    commands = [command for setup in setups for command in setup.commands]
+    with processes(commands, [setup.env for setup in setups for _ in setup.commands]) as started:
         yield started
-    finally:
-        for process in started:
-            process.kill()
-            process.wait()
 
 
 class Scraper(threading.Thread):

@@ -128,9 +128,13 @@ class SyntheticHook:
 
 
 @contextmanager
-def processes(commands: list[list[str]]) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """Start ``commands``; kill and reap them afterwards."""
-    started = [subprocess.Popen(command) for command in commands]
+def processes(
+    commands: list[list[str]], envs: list[dict[str, str]] | None = None
+) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Start ``commands`` (each with its environment in ``envs``, if given); kill and reap
+    them afterwards."""
+    environments = envs if envs is not None else [None] * len(commands)
+    started = [subprocess.Popen(c, env=e) for c, e in zip(commands, environments, strict=True)]
     try:
         yield started
     finally:
