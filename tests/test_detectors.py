@@ -243,6 +243,33 @@ def test_the_end_of_a_short_run_whose_steps_slowed_from_its_start_reports_it() -
     assert wandering.conclude(T0 + 20).findings == ()
 
 
+@pytest.mark.parametrize(("last", "stated"), [(0.060, True), (0.0375, False)])
+def test_the_end_of_a_minute_whose_steps_rose_evenly_states_a_rise_of_half_again(
+    last: float, stated: bool
+) -> None:
+    """Expected: a 60-s run of 30-ms steps that rise evenly to 60 ms (a Python generator
+    whose every lookup scans all it kept, on a host where 60 s make only 1,300 steps, as
+    scenarios/fit_generator_slows.py) is too short for a live baseline; its end states a
+    ``gradual_slowdown`` of 1.7-2.0x (its line's first and last blocks: the first live
+    block is left out). The same run rising evenly by 1.25x is stated at no end, on any
+    of 8 seeds."""
+    for seed in range(8):
+        rng = np.random.default_rng(seed)
+        detector, t = SlowdownDetector(), T0
+        while t < T0 + 60:
+            step = (0.030 + (last - 0.030) * (t - T0) / 60) * float(rng.lognormal(0, 0.15))
+            t += step
+            detector.observe(Sample("step_seconds", step, t))
+        assert detector.evaluate(t).findings == ()
+        findings = detector.conclude(t).findings
+        if not stated:
+            assert findings == ()
+            continue
+        (finding,) = findings
+        assert finding.kind == "gradual_slowdown"
+        assert 1.7 < float(finding.evidence["ratio"]) < 2.0
+
+
 @pytest.mark.parametrize(
     ("step", "factor", "before", "after"),
     [(0.1, 3.0, 60, 60), (0.1, 2.0, 60, 60), (0.2, 3.0, 60, 120), (0.05, 3.0, 30, 60)],

@@ -24,7 +24,7 @@ WHOLE_RUN_SKIP_BLOCKS = 1
 """First blocks of a run that its end leaves out (the first steps trace the function)."""
 WHOLE_RUN_MIN_BLOCKS = 8
 """Blocks a run needs for its end to judge a slowdown over all of it."""
-WHOLE_RUN_BAR = 2.0
+WHOLE_RUN_BAR = 1.5
 """Ratio of the fitted last to first block time that the end of a short run reports."""
 WHOLE_RUN_ALPHA = 0.001
 """Significance of a short run's steady rise (Mann-Kendall) or step (rank sum, all splits)."""
