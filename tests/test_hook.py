@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import time
@@ -15,6 +16,7 @@ from driftwatch.channel.ring import ChannelReader
 from driftwatch.channel.wire import RecordKind
 from driftwatch.hook.core import Hook
 from driftwatch.hook.custom_loop import TrainStepRecognizer, patch_iterator_next
+from driftwatch.hook.fit_input import attributed_wait
 from driftwatch.sources.hook import HookSource
 
 
@@ -111,6 +113,19 @@ def test_a_probe_sends_the_share_of_step_time_spent_waiting_for_input(tmp_path: 
     gaps = [s.value for s in samples if s.series == "step_gap_seconds"]
     first = hook.input_waits[0]
     assert gaps == pytest.approx([0.5 - first, 0.8, 0.5 - waits[0], 0.8 - waits[1]])
+
+
+def test_a_sampled_fetch_stands_for_the_steps_since_the_last_but_not_for_more_than_they_took() -> (
+    None
+):
+    # fit's sampler times one fetch in every few steps and gives each step since the last
+    # sample that wait: 4 ms among ten 10-ms steps is 40 ms of input wait.
+    assert attributed_wait(0.004, 10, 0.1) == pytest.approx(0.04)
+    # One fetch descheduled for 200 ms among 5-ms steps took 245 ms of the ten steps'
+    # time: its 200 ms is not ten steps' wait (2 s, a share of 1.0 for the probe).
+    assert attributed_wait(0.2, 10, 0.245) == pytest.approx(0.245)
+    assert attributed_wait(0.003, 1, math.nan) == pytest.approx(0.003)  # the first sample
+    assert attributed_wait(-1e-7, 3, 0.03) == 0.0  # the clocks' jitter on a ready batch
 
 
 class FirstBatches:

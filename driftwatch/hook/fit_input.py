@@ -110,11 +110,20 @@ class FitInputSampler:
         step, now = hook.global_step, time.perf_counter()
         previous_step, previous_time = self._sampled
         steps = max(1, step - previous_step)
-        hook.add_input_wait(max(0.0, waited) * steps, steps)
+        hook.add_input_wait(attributed_wait(waited, steps, now - previous_time), steps)
         self._sampled = (step, now)
         period = (now - previous_time) / steps  # NaN at the first sample: the next step
         stride = round(SAMPLE_SPACING_SECONDS / period) if period > 0 else 1
         self.next_step = step + (self._random.randint(1, 2 * stride - 1) if stride > 1 else 1)
+
+
+def attributed_wait(waited: float, steps: int, elapsed: float) -> float:
+    """The input wait of ``steps`` steps of which one, sampled, waited ``waited`` seconds:
+    each as long, but no more than the ``elapsed`` seconds they all took (NaN: unknown, at
+    the first sample). One sample stretched by the scheduler (a fetch descheduled for
+    200 ms among 5-ms steps) thus reads as the time it took, not as 200 ms a step."""
+    wait = max(0.0, waited) * steps
+    return min(wait, elapsed) if elapsed == elapsed else wait
 
 
 _samplers: dict[int, FitInputSampler] = {}  # by id of the hook (one per process, shared)
