@@ -58,7 +58,11 @@ test: $(VENV)/.installed system-deps
 	$(BIN)/pytest -n 2 -m "tf and paired" --durations=10 $(PYTEST_ARGS)
 	$(BIN)/pytest -m "tf and not paired" --durations=10 $(PYTEST_ARGS)
 
-check: lint test
+# The virtual environment and the Debian packages are set up at once (pip's downloads and
+# apt's are independent), then lint and the tests run.
+check:
+	$(MAKE) -j2 $(VENV)/.installed system-deps
+	$(MAKE) lint test
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
