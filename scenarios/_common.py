@@ -233,4 +233,5 @@ def fit_with_validation(args: argparse.Namespace, logger: Any) -> None:
         epochs=len(history.history["val_loss"]),
         steps=len(stop.pace.ends),
         steps_per_second=stop.pace.rates(),
+        step_ms=stop.pace.step_ms(),
     )

@@ -106,6 +106,7 @@ def main() -> None:
         epochs=len(history.history["loss"]),
         steps=len(stop.pace.ends),
         steps_per_second=stop.pace.rates(),
+        step_ms=stop.pace.step_ms(),
         last_loss=f"{history.history['loss'][-1]:.4f}",
         last_accuracy=f"{history.history['accuracy'][-1]:.3f}",
     )

@@ -42,6 +42,7 @@ def main() -> None:
         epochs=len(history.history["loss"]),
         steps=len(stop.pace.ends),
         steps_per_second=stop.pace.rates(),
+        step_ms=stop.pace.step_ms(),
         cache_mb=SAMPLES * FEATURES * 4 >> 20,
     )
 

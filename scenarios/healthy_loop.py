@@ -44,6 +44,7 @@ def main() -> None:
     done(
         steps=len(pace.ends),
         steps_per_second=pace.rates(),
+        step_ms=pace.step_ms(),
         traces=train_step.experimental_get_tracing_count(),
     )
 

@@ -4,6 +4,7 @@ that know nothing of driftwatch, the real monitor, real findings."""
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -146,13 +147,37 @@ def test_a_failing_scenario_is_caught_with_default_flags(verdict: Verdict, tmp_p
     assert not wrong, described(wrong)
 
 
+HOST_SLOWED = 1.3
+"""A healthy program's own mean step, its last 5 s over its first, from which the host did
+not run it steadily (its summary line's ``step_ms``)."""
+
+
+def own_slowdown(stdout: str) -> float:
+    """The program's own mean step, last 5 s over first, from its summary line's
+    ``step_ms=A->Bms`` (1.0 where it printed none)."""
+    found = re.search(r"step_ms=([\d.]+)->([\d.]+)ms", stdout)
+    return float(found[2]) / float(found[1]) if found and float(found[1]) > 0 else 1.0
+
+
 @pytest.mark.parametrize("verdict", [verdict.param() for verdict in HEALTHY])
 def test_a_healthy_scenario_raises_no_warning_with_default_flags(
     verdict: Verdict, healthy_scenario: Callable[[str], Watched], tmp_path: Path
 ) -> None:
+    # A healthy program does the same work every step, so a slowdown is told only where the
+    # host ran it slower. Its premise is a steady host; a host that slowed the program's own
+    # timing (a busy neighbour on the same physical core leaves no trace in this VM: a
+    # measured 1.9 -> 3.0 ms at 100 % CPU) voids that run's timed verdict, and it runs again,
+    # once, from the start: a slowdown told twice fails.
     if verdict.filesystem_mib:  # a run of its own, on its filesystem
         run = run_scenario(verdict.program, tmp_path, filesystem_mib=verdict.filesystem_mib)
     else:  # the run other tests judge too
         run = healthy_scenario(verdict.program)
     findings = loud(judged(verdict, run))
+    if findings and all(f["kind"] not in UNTIMED_KINDS for f in findings):
+        slowed = own_slowdown(run.stdout)
+        if slowed >= HOST_SLOWED:
+            print(f"{verdict.name}: its own steps {slowed:.2f}x slower at the end: run again")
+            (tmp_path / "again").mkdir()
+            run = run_scenario(verdict.program, tmp_path / "again", None, verdict.filesystem_mib)
+            findings = loud(judged(verdict, run))
     assert not findings, described(findings)
