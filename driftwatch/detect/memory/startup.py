@@ -116,11 +116,18 @@ class Loading:
     from files never looks settled here: its start-up ends by its shape, a step or
     ``STARTUP_MAX_CPU_SECONDS``. Where these series are read, they rule rather than the
     signal's shape: a climb slowed by a busy host looks settled while it is still importing.
+    A process that loads again after such a stretch (a pause in a start-up slowed by a busy
+    host) has not started: start-up resumes, until the next quiet stretch or a cap
+    (``STARTUP_MAX_CPU_SECONDS``, ``STARTUP_MAX_LOADING_SECONDS``), after which it has ended
+    for good.
     """
 
     __slots__ = (
+        "_after_end",
         "_appended",
+        "_capped",
         "_first_cpu",
+        "_first_t",
         "_latest",
         "_level",
         "_low_cpu",
@@ -135,7 +142,12 @@ class Loading:
         """When start-up ended (the quiet stretch's start, or the CPU cap); NaN: not yet."""
         self.decided_at = math.nan
         """When that was known (the quiet stretch's end)."""
+        # (time, bytes read, file-backed bytes) of the readings since the end was known, from
+        # the newest one at least QUIET_SECONDS old: the base a new load is measured from
+        self._after_end: deque[tuple[float, float, float]] = deque()
+        self._capped = False  # past the caps: ended for good
         self._first_cpu = math.nan
+        self._first_t = math.nan
         self._latest: dict[str, tuple[float, float]] = {}
         self._level = 0.0  # the watched memory's latest reading
         # (time, CPU seconds, bytes read, file-backed bytes, watched memory) of readings
@@ -161,7 +173,7 @@ class Loading:
 
     def reading(self, series: str, t: float, value: float) -> None:
         """One reading of a ``LOADING_SERIES`` series."""
-        if not math.isnan(self.ended_at) or not math.isfinite(value):
+        if self._capped or not math.isfinite(value):
             return
         self._latest[series] = (t, value)
         if len(self._latest) < len(LOADING_SERIES):
@@ -170,11 +182,38 @@ class Loading:
             return
         cpu, reads, file = (self._latest[name][1] for name in LOADING_SERIES)
         if math.isnan(self._first_cpu):
-            self._first_cpu = cpu
-        elif cpu - self._first_cpu >= STARTUP_MAX_CPU_SECONDS:
-            self.ended_at = self.decided_at = t
+            self._first_cpu, self._first_t = cpu, t
+        elif (
+            cpu - self._first_cpu >= STARTUP_MAX_CPU_SECONDS
+            or t - self._first_t >= STARTUP_MAX_LOADING_SECONDS
+        ):
+            self._capped = True
+            if math.isnan(self.ended_at):
+                self.ended_at = self.decided_at = t
+            return
+        if not math.isnan(self.ended_at) and not self._loads_again(t, reads, file):
             return
         self._row(t, cpu, reads, file)
+
+    def _loads_again(self, t: float, reads: float, file: float) -> bool:
+        """Whether the process, past the quiet stretch that ended its start-up, read or
+        mapped more in ``QUIET_SECONDS`` than such a stretch allows (a training loop's
+        file-backed memory creeps by a few hundred KiB in as many seconds, as rarely run
+        library code is first touched): then start-up resumes, its end to be found again in
+        the readings from here."""
+        after = self._after_end
+        while len(after) > 1 and after[1][0] <= t - QUIET_SECONDS:
+            after.popleft()
+        _, read_then, file_then = after[0]
+        after.append((t, reads, file))
+        if file - file_then < QUIET_FILE_BYTES and reads - read_then < QUIET_READ_BYTES:
+            return False
+        self.ended_at = self.decided_at = math.nan
+        after.clear()
+        self._rows.clear()
+        self._low_cpu.clear()
+        self._low_level.clear()
+        return True
 
     def _row(self, t: float, cpu: float, reads: float, file: float) -> None:
         """A reading of every loading series at ``t``: start-up ended at the newest row
@@ -195,6 +234,7 @@ class Loading:
             rows.popleft()
         if file - base[3] < QUIET_FILE_BYTES and reads - base[2] < QUIET_READ_BYTES:
             self.ended_at, self.decided_at = base[0], t
+            self._after_end.append((t, reads, file))
 
     def _base(
         self, t: float, cpu: float, level: float
