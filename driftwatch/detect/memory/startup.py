@@ -139,7 +139,7 @@ class Loading:
 
     def __init__(self) -> None:
         self.ended_at = math.nan
-        """When start-up ended (the quiet stretch's start, or the CPU cap); NaN: not yet."""
+        """When start-up ended (the quiet stretch's start, or a cap); NaN: not yet, or resumed."""
         self.decided_at = math.nan
         """When that was known (the quiet stretch's end)."""
         # (time, bytes read, file-backed bytes) of the readings since the end was known, from
