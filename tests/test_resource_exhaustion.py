@@ -97,6 +97,20 @@ def test_a_thread_leak_that_fills_pids_max_within_the_hour_is_critical() -> None
     assert "join" in finding.message.lower()
 
 
+def test_a_time_to_the_limit_counts_from_the_moment_judged_not_from_the_newest_window() -> None:
+    # Expected: a filesystem of 96 MiB filling evenly at 4 MiB/s from 4 s in (full 23.95 s
+    # later): disk_exhaustion, its first time to the limit within 5 % of the time left then.
+    # The newest window's mean is the level of its middle, a second or more before it is
+    # judged: counted from that level, the time reads 1-2 s long.
+    mib = float(1 << 20)
+    _, found = run("disk", leak(4.0, 0.2 * mib, 4 * mib), 96 * mib, 25.0)
+    assert found
+    t, finding = found[0]
+    assert finding.kind == "disk_exhaustion"
+    actual = T0 + 4.0 + (96 - 0.2) / 4 - t
+    assert finding.evidence["seconds_to_limit"] == pytest.approx(actual, rel=0.05)
+
+
 def test_a_thread_pool_warming_up_is_a_step_never_a_leak() -> None:
     # Expected: 15 threads, then 16 more at once (a pool's workers), flat for two hours
     # against a pids.max of 1,024: no finding, live or at the end.

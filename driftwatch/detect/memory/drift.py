@@ -202,13 +202,13 @@ class ResourceDriftDetector:
         urgent = [
             t
             for t in analysis.fast
-            if t.time_to(limit) < horizon
+            if t.time_to(limit, now) < horizon
             and all(w in rising for w in analysis.fast_tested if w > t.width)
         ]
-        urgent += [t for t in analysis.rapid if t.time_to(limit) < horizon]
+        urgent += [t for t in analysis.rapid if t.time_to(limit, now) < horizon]
         started = self.training_start(state)
         fresh = fresh_rises(state.readings, started, self.thresholds, ended=ended)
-        urgent += [t for t in fresh if t.time_to(limit) < horizon]
+        urgent += [t for t in fresh if t.time_to(limit, now) < horizon]
         # A leak: a material trend in wide windows (10-minute means), held for
         # ``min_span``; narrower windows see the rising half of GC or caching cycles.
         worth = [
@@ -223,26 +223,34 @@ class ResourceDriftDetector:
             return None, max((self._materiality(t) for t in analysis.settled), default=0.0)
         # The widest scale that sees it: the most evidence, the steadiest slope.
         trend = max(candidates, key=lambda t: t.width)
-        remaining = trend.time_to(limit)
+        remaining = trend.time_to(limit, now)
         # Critical when the limit comes before the run likely ends: it has run this long,
         # so assume it goes on as long again.
         expected_end = max(horizon, now - state.first_t)
         severity = Severity.CRITICAL if remaining < expected_end else Severity.WARNING
-        finding = self._finding(labels, trend, limit, severity)
+        finding = self._finding(labels, trend, limit, remaining, severity)
         return finding, 1.0 + (1.0 if severity is Severity.CRITICAL else 0.0)
 
     def _finding(
-        self, labels: Labels, trend: Trend, limit: float, severity: Severity, *, ended: bool = False
+        self,
+        labels: Labels,
+        trend: Trend,
+        limit: float,
+        remaining: float,
+        severity: Severity,
+        *,
+        ended: bool = False,
     ) -> Finding:
+        """``remaining``: seconds until ``limit`` from the moment judged."""
         advice, extra_evidence = self.explain(trend)
-        message = self._message(labels, trend, limit, ended) + ". " + advice
+        message = self._message(labels, trend, limit, remaining, ended) + ". " + advice
         unit = self.resource.amount.unit
         evidence: dict[str, float | str] = {
             f"slope_{unit}_per_hour": trend.slope * 3600,
             f"level_{unit}": trend.level,
             "p_value": trend.p,
             "window_seconds": trend.width,
-            "seconds_to_limit": trend.time_to(limit),
+            "seconds_to_limit": remaining,
         }
         if math.isfinite(limit):
             evidence[f"limit_{unit}"] = limit
@@ -251,11 +259,12 @@ class ResourceDriftDetector:
         evidence.update(extra_evidence)
         return Finding(self.name, severity, trend.since, message, evidence)
 
-    def _message(self, labels: Labels, trend: Trend, limit: float, ended: bool) -> str:
+    def _message(
+        self, labels: Labels, trend: Trend, limit: float, remaining: float, ended: bool
+    ) -> str:
         """What grows, how fast since when, its level and when it reaches its limit."""
         where = "".join(f" {v}" for _, v in labels)
         amount = self.resource.amount
-        remaining = trend.time_to(limit)
         limit_text = amount.text(limit)
         if self.resource.limit_what:
             limit_text += f" ({self.resource.limit_what})"
@@ -300,9 +309,10 @@ class ResourceDriftDetector:
                     # Critical when it would have reached the limit within the hour, or
                     # within as long again as the run lasted, as live.
                     expected_end = max(self.thresholds.fast_horizon, now - state.first_t)
-                    critical = trend.time_to(limit) < expected_end
+                    remaining = trend.time_to(limit, now)
+                    critical = remaining < expected_end
                     severity = Severity.CRITICAL if critical else Severity.WARNING
-                    finding = self._finding(labels, trend, limit, severity, ended=True)
+                    finding = self._finding(labels, trend, limit, remaining, severity, ended=True)
                     signal_score = 2.0 if critical else 1.0
             score = max(score, signal_score)
             if finding is not None:

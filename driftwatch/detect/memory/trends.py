@@ -13,6 +13,7 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -24,6 +25,13 @@ SCALES_SECONDS = (1.5, 2.0, 20.0, 120.0, 600.0)
 """Window widths, in seconds, at which each memory signal is judged."""
 
 
+class Level(NamedTuple):
+    """A signal's newest level and the moment it stands for."""
+
+    value: float  # a window's mean, or a reading
+    at: float  # a window's middle, or the reading's time (seconds, the samples' clock)
+
+
 @dataclass(frozen=True, slots=True)
 class Trend:
     """A significant rise of one signal at one scale."""
@@ -32,23 +40,28 @@ class Trend:
     slope: float  # bytes per second
     p: float
     level: float  # the newest mean
+    at: float  # the moment ``level`` stands for
     since: float  # start of the tested segment
     points: int
     decay: float
     """Seconds in which the growth rate falls by a factor e: ``inf`` unless the newer half of
     the window rises clearly slower than the older (a warm-up levelling off)."""
 
-    def time_to(self, limit: float) -> float:
-        """Seconds until the level reaches ``limit`` if the growth goes on as it does now."""
+    def time_to(self, limit: float, now: float) -> float:
+        """Seconds from ``now`` until the level reaches ``limit`` if the growth goes on as it
+        does: projected from ``level``, less the time since the moment it stands for (half a
+        window and more: a 2-s window's mean is a second old when it closes)."""
         headroom = limit - self.level
         if not headroom > 0:
             return math.inf  # already past it, or no limit known: nothing to project
         if math.isinf(self.decay):
-            return headroom / self.slope
-        reachable = self.slope * self.decay  # what an exponentially slowing rise still adds
-        if reachable <= headroom:
-            return math.inf
-        return -self.decay * math.log1p(-headroom / reachable)
+            from_level = headroom / self.slope
+        else:
+            reachable = self.slope * self.decay  # what an exponentially slowing rise adds
+            if reachable <= headroom:
+                return math.inf
+            from_level = -self.decay * math.log1p(-headroom / reachable)
+        return max(0.0, from_level - max(0.0, now - self.at))
 
 
 Jump = tuple[float, float]
@@ -157,13 +170,14 @@ def analyse_scale(
         return analysis
     times = np.array([t for t, _ in scale.means])
     floors = np.array(scale.floors)
-    level = scale.means[-1][1]
+    newest_start, newest_mean = scale.means[-1]
+    level = Level(newest_mean, newest_start + scale.width / 2)
     rapid = _rapid_growth(scale, times, floors, level, thresholds, started, full)
     if rapid is not None:
         analysis.rapid.append(rapid)
     if len(scale.means) < thresholds.min_points:
         return analysis
-    smallest_jump = max(thresholds.min_growth_amount * thresholds.jump_growths, 0.005 * level)
+    smallest_jump = max(thresholds.min_growth_amount * thresholds.jump_growths, 0.005 * level.value)
     flat = bool(floors.min() == floors.max())  # idle memory (not NaN): no jump, every slope 0
     splits = [] if flat else level_jumps(floors, min_jump=smallest_jump, k=4.0)
     for i in splits:
@@ -193,7 +207,7 @@ def _rapid_growth(
     scale: WindowMeans,
     times: np.ndarray,
     floors: np.ndarray,
-    level: float,
+    level: Level,
     thresholds: MemoryThresholds,
     started: float,
     full: bool,
@@ -205,8 +219,9 @@ def _rapid_growth(
         return None
     rising_times, rising_floors = times, floors
     if full:
-        start, _, floor, _ = scale.windows(with_open=True)[-1]
+        start, mean, floor, _ = scale.windows(with_open=True)[-1]
         rising_times, rising_floors = np.append(times, start), np.append(floors, floor)
+        level = Level(mean, start + scale.width / 2)
     recent = np.flatnonzero(rising_times >= started)[-RAPID_POINTS:]
     rapid = _even_rise(scale.width, rising_times[recent], rising_floors[recent], level, thresholds)
     if rapid is None or len(recent) != RAPID_POINTS:
@@ -226,7 +241,7 @@ def _segment_trend(
     times: np.ndarray,
     floors: np.ndarray,
     idx: np.ndarray,
-    level: float,
+    level: Level,
     alpha: float,
 ) -> Trend | None:
     """The rise of the windows ``idx`` (Theil-Sen slope, and how fast it levels off) if it
@@ -245,14 +260,14 @@ def _segment_trend(
     since = float(times[idx[0]])
     half_span = (times[idx[-1]] - times[idx[0]]) / 2
     decay = _decay(older_slope, newer_slope, half_span)
-    return Trend(width, slope, test.p, level, since, len(idx), decay)
+    return Trend(width, slope, test.p, level.value, level.at, since, len(idx), decay)
 
 
 def _even_rise(
     width: float,
     times: np.ndarray,
     floors: np.ndarray,
-    level: float,
+    level: Level,
     thresholds: MemoryThresholds,
 ) -> Trend | None:
     """A rise of contiguous windows' floors that is material, even (every window higher,
@@ -272,7 +287,7 @@ def _even_rise(
         return None
     slope, _ = theil_sen(times, floors)
     p = mann_kendall(floors).p
-    return Trend(width, slope, p, level, float(times[0]), len(floors), math.inf)
+    return Trend(width, slope, p, level.value, level.at, float(times[0]), len(floors), math.inf)
 
 
 def _even(times: np.ndarray, floors: np.ndarray) -> bool:
@@ -317,7 +332,8 @@ def steep_rise(times: np.ndarray, values: np.ndarray, thresholds: MemoryThreshol
         return None
     slope, _ = theil_sen(times, values)
     p = mann_kendall(values).p
-    return Trend(0.0, slope, p, float(values[-1]), float(times[0]), len(values), math.inf)
+    newest = Level(float(values[-1]), float(times[-1]))
+    return Trend(0.0, slope, p, newest.value, newest.at, float(times[0]), len(values), math.inf)
 
 
 def fresh_rises(
@@ -373,5 +389,5 @@ def _anchored_rise(
         return []
     starts = np.array([started + k * width for k in newest])
     floors = np.array([min(windows[k]) for k in newest])
-    rise = _even_rise(width, starts, floors, float(readings[-1][1]), thresholds)
+    rise = _even_rise(width, starts, floors, Level(readings[-1][1], readings[-1][0]), thresholds)
     return [] if rise is None else [rise]

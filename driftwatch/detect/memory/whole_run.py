@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from driftwatch.detect.memory.trends import RAPID_EVEN, MemoryThresholds, Trend, pace_kept
+from driftwatch.detect.memory.trends import RAPID_EVEN, Level, MemoryThresholds, Trend, pace_kept
 from driftwatch.detect.stats import mann_kendall, theil_sen
 
 CONCLUDE_MIN_POINTS = 3
@@ -60,6 +60,7 @@ def whole_run_trend(
         return None
     times = np.array([w[0] for w in best])
     floors = np.array([w[2] for w in best])
+    level = Level(best[-1][1], best[-1][0] + width / 2)
     if _lumpy(floors):
         return None
     least, min_share = 4 * thresholds.min_growth_amount, CONCLUDE_MIN_SHARE
@@ -69,8 +70,8 @@ def whole_run_trend(
     if floors[-1] - floors[0] < max(least, min_share * floors[0]):
         if unsettled:
             return None
-        return _steady_to_end(times, floors, best[-1][1], width, thresholds)
-    return _material_growth(times, floors, best[-1][1], width)
+        return _steady_to_end(times, floors, level, width, thresholds)
+    return _material_growth(times, floors, level, width)
 
 
 def _growing_part(best: list[Window], unsettled: bool) -> list[Window]:
@@ -96,7 +97,7 @@ def _lumpy(floors: np.ndarray) -> bool:
 
 
 def _material_growth(
-    times: np.ndarray, floors: np.ndarray, level: float, width: float
+    times: np.ndarray, floors: np.ndarray, level: Level, width: float
 ) -> Trend | None:
     """Growth large enough to state if it is steady (every floor higher than the last, or
     Mann-Kendall p under ``CONCLUDE_ALPHA`` from ``CONCLUDE_MK_POINTS`` windows) and keeps
@@ -109,13 +110,15 @@ def _material_growth(
     if not pace_kept(times, floors, CONCLUDE_PACE):
         return None
     slope, _ = theil_sen(times, floors)
-    return Trend(width, slope, test.p, level, float(times[0]), len(floors), math.inf)
+    return Trend(
+        width, slope, test.p, level.value, level.at, float(times[0]), len(floors), math.inf
+    )
 
 
 def _steady_to_end(
     times: np.ndarray,
     floors: np.ndarray,
-    level: float,
+    level: Level,
     width: float,
     thresholds: MemoryThresholds,
 ) -> Trend | None:
@@ -135,4 +138,4 @@ def _steady_to_end(
     if not test.p < thresholds.alpha or not pace_kept(times, floors, CONCLUDE_STEADY_PACE):
         return None
     slope, _ = theil_sen(times, floors)
-    return Trend(width, slope, test.p, level, float(times[0]), count, math.inf)
+    return Trend(width, slope, test.p, level.value, level.at, float(times[0]), count, math.inf)
