@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from driftwatch.channel.env import rank_from
 from driftwatch.channel.paths import (
     ChannelError,
     channel_path,
@@ -510,3 +511,31 @@ def test_a_truncated_channel_is_refused(writer: ChannelWriter) -> None:
     os.truncate(writer.path, HEADER_SIZE + RECORD_SIZE)
     with pytest.raises(ChannelError, match="does not match its capacity"):
         ChannelReader.open(writer.path)
+
+
+WORKER_1 = '{"cluster": {"worker": ["h0:2222", "h1:2222"]}, "task": {"type": "worker", "index": 1}}'
+
+
+@pytest.mark.parametrize(
+    ("environ", "rank"),
+    [
+        ({}, ""),  # one process
+        ({"TF_CONFIG": WORKER_1}, "worker:1"),
+        ({"TF_CONFIG": '{"task": {"type": "chief"}}'}, "chief:0"),  # index 0 left out
+        ({"TF_CONFIG": WORKER_1, "DRIFTWATCH_RANK": "w1"}, "w1"),  # the user's word first
+        ({"TF_CONFIG": WORKER_1, "RANK": "3"}, "worker:1"),  # TensorFlow's own before a launcher's
+        ({"HOROVOD_RANK": "2", "OMPI_COMM_WORLD_RANK": "2"}, "2"),
+        ({"OMPI_COMM_WORLD_RANK": "5"}, "5"),
+        ({"PMI_RANK": "7"}, "7"),
+        ({"SLURM_PROCID": "4"}, "4"),
+        ({"RANK": "1"}, "1"),  # torchrun
+        ({"TF_CONFIG": "not json", "RANK": "1"}, "1"),  # TensorFlow refuses it itself
+        ({"TF_CONFIG": '{"cluster": {}}'}, ""),  # a cluster but no task: no rank
+        ({"TF_CONFIG": '{"task": {"type": "worker", "index": "x"}}'}, ""),
+        ({"DRIFTWATCH_RANK": "  "}, ""),
+    ],
+)
+def test_a_processs_rank_comes_from_its_own_setting_then_tf_config_then_its_launcher(
+    environ: dict[str, str], rank: str
+) -> None:
+    assert rank_from(environ) == rank

@@ -140,6 +140,7 @@ def test_a_pid_outside_driftwatchs_own_pid_namespace_says_how_to_see_it() -> Non
         (["--listen", "127.0.0.1:99999"], "--listen"),
         (["--listen", "192.0.2.1:0"], "no such address"),
         (["--logdir", "/nonexistent/logs"], "--logdir"),
+        (["--rank", " "], "--rank"),
         (["--findings", "/nonexistent/dir/findings.jsonl"], "--findings"),
         (["--retention", "5"], "--retention"),
         (["--retention", "-2d"], "--retention"),

@@ -103,15 +103,18 @@ class HookChannels:
         run: str | None,
         nonfinite: int = 0,
         start_ticks: int | None = None,
+        rank: str | None = None,
     ) -> Path:
         """The channel of process ``pid`` (or, with ``start_ticks``, of an earlier one with
-        that PID), with ``run`` in its metadata (none: no metadata yet) and a count of
-        ``nonfinite`` NaN losses."""
+        that PID), with ``run`` (and ``rank``, if given) in its metadata (none: no metadata
+        yet) and a count of ``nonfinite`` NaN losses."""
         process = identify(pid) if start_ticks is None else ProcessId(pid, start_ticks, 1)
         create_time = psutil.Process(pid).create_time() if start_ticks is None else 1e9
         writer = ChannelWriter.create(ensure_private_dir(directory), process, create_time, 16)
         if run is not None:
-            writer.set_meta({"run": run, "pid": pid, SERIES_META: [["hook_nonfinite_total", {}]]})
+            ranked = {} if rank is None else {"rank": rank}
+            meta = {"run": run, "pid": pid, SERIES_META: [["hook_nonfinite_total", {}]]}
+            writer.set_meta(meta | ranked)
         if nonfinite:
             writer.write(RecordKind.VALUE, 0, time.time(), float(nonfinite))
         self.writers[writer.path] = writer
@@ -158,16 +161,20 @@ class DaemonProcess:
         found = (re.search(r"metrics at (https?://\S+)", line) for line in list(self.lines))
         return next((match.group(1) for match in found if match), None)
 
-    def runs(self) -> dict[str, str]:
-        """The pid of each run in ``driftwatch_target_info``, by run name."""
+    def targets(self) -> list[dict[str, str]]:
+        """The labels of each run's ``driftwatch_target_info``."""
         with urllib.request.urlopen(self.url, timeout=10) as response:
             text = response.read().decode()
-        return {
-            sample.labels["run"]: sample.labels["pid"]
+        return [
+            sample.labels
             for family in text_string_to_metric_families(text)
             for sample in family.samples
             if sample.name == "driftwatch_target_info"
-        }
+        ]
+
+    def runs(self) -> dict[str, str]:
+        """The pid of each run in ``driftwatch_target_info``, by run name."""
+        return {labels["run"]: labels["pid"] for labels in self.targets()}
 
     def series_of(self, run: str) -> set[str]:
         with urllib.request.urlopen(self.url, timeout=10) as response:
@@ -397,6 +404,22 @@ def test_hooked_processes_are_named_by_their_channel(
     assert daemon.runs == {"resnet": first.pid, f"resnet-{second.pid}": second.pid}
     snapshot = next(s for s in daemon.snapshots if s.run == "resnet")
     assert {status.name for status in snapshot.sources} >= {"process", "hook"}
+    daemon.close()
+
+
+def test_hooked_ranks_of_one_job_are_told_apart_by_the_rank_their_hooks_give(
+    tmp_path: Path, sleepers: Sleepers, hook_channel: HookChannels
+) -> None:
+    # Expected: two processes whose hooks name the run "resnet", ranks 0 and 1 (a process
+    # in a container of another user, whose environment the daemon may not read, tells its
+    # rank only so): one run name, two ranks.
+    first, second = sorted(sleepers[0], key=lambda child: child.pid)
+    for rank, child in enumerate((first, second)):
+        hook_channel(tmp_path, child.pid, "resnet", rank=str(rank))
+    daemon = make_daemon(tmp_path)
+    daemon.tick()
+    assert daemon.runs == {"resnet (0)": first.pid, "resnet (1)": second.pid}
+    assert {(s.run, s.rank) for s in daemon.snapshots} == {("resnet", "0"), ("resnet", "1")}
     daemon.close()
 
 
@@ -828,6 +851,59 @@ def rss_bucket_starts(db: Path, run: RunRecord) -> list[float]:
         return [b.start for b in reader.series(run.id)[("rss_bytes", ())] if b.width == 10.0]
     finally:
         reader.close()
+
+
+def test_the_ranks_of_one_job_on_one_node_share_its_run_name_and_differ_by_rank(
+    daemons: list[DaemonProcess], tmp_path: Path
+) -> None:
+    # Expected: two processes of one job started with DRIFTWATCH_RUN=job and TF_CONFIG
+    # tasks worker:0 and worker:1, found by a pattern: the run "job" twice, told apart by
+    # their rank on /metrics and in the history, never renamed job-PID.
+    command, pattern = unique_sleep()
+    cluster = {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}
+    children = [
+        subprocess.Popen(
+            command,
+            env={
+                **os.environ,
+                "DRIFTWATCH_RUN": "job",
+                "TF_CONFIG": json.dumps(
+                    {"cluster": cluster, "task": {"type": "worker", "index": i}}
+                ),
+            },
+        )
+        for i in range(2)
+    ]
+    db = tmp_path / "history.db"
+    try:
+        daemons.append(DaemonProcess("--match", pattern, "--interval", "0.1", "--db", str(db)))
+        daemon = daemons[0]
+        pids = {str(child.pid) for child in children}
+
+        def ranks() -> dict[str, tuple[str, str]]:
+            seen = daemon.targets()
+            return {t["pid"]: (t["run"], t.get("rank", "")) for t in seen if t["pid"] in pids}
+
+        wait_for(lambda: len(ranks()) == 2, 30, "both ranks on /metrics")
+        assert ranks() == {
+            str(children[0].pid): ("job", "worker:0"),
+            str(children[1].pid): ("job", "worker:1"),
+        }
+        wait_for(lambda: len(recorded_runs(db, children)) == 2, 30, "both ranks' history")
+        assert daemon.stop() == 0
+        recorded = recorded_runs(db, children)
+        assert {run.name for run in recorded.values()} == {"job"}
+        assert {pid: run.meta.get("rank") for pid, run in recorded.items()} == {
+            children[0].pid: "worker:0",
+            children[1].pid: "worker:1",
+        }
+        report = run_cli("report", "--db", str(db), "job")
+        assert report.returncode == 0, report.stderr
+        assert re.search(r"^run job \(#\d+, rank worker:[01]\)", report.stdout, re.M), report.stdout
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()
 
 
 def test_a_daemon_killed_and_restarted_resumes_the_same_runs(

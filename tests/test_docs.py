@@ -247,12 +247,15 @@ def constant_rows(text: str) -> list[tuple[str, str, str]]:
 
 def test_every_constant_a_page_names_is_in_the_package_with_the_value_its_table_states() -> None:
     names = module_names()
-    strings = {v for values in names.values() for v in values.values() if isinstance(v, str)}
+    values = [v for by_module in names.values() for v in by_module.values()]
+    members = [m for v in values if isinstance(v, tuple | frozenset) for m in v]
+    strings = {v for v in [*values, *members] if isinstance(v, str)}
     unknown, wrong = [], []
     for page in pages():
         text = page.read_text(encoding="utf-8")
         for name in sorted(set(CONSTANT.findall(text))):
-            # An environment variable driftwatch reads or sets is named by its value.
+            # An environment variable driftwatch reads or sets is named by its value (alone,
+            # or in a tuple of the names it reads).
             if name not in names and name not in strings and name not in FOREIGN_NAMES:
                 unknown.append(f"{page.name}: {name}")
         for cell, name, stated in constant_rows(text):

@@ -117,6 +117,34 @@ def test_node_series_seen_through_two_runs_are_exported_once() -> None:
     assert len(lines) == 1
 
 
+def test_the_ranks_of_one_run_are_told_apart_by_a_rank_label(promtool: str) -> None:
+    # Expected: two ranks of run "mnist" watched by one daemon, and a run of one process
+    # beside them: every per-run sample carries run and rank (empty for the lone run, which
+    # Prometheus drops); node-wide ones neither; the exposition passes promtool.
+    ranks = [
+        replace(snapshot("mnist", pid), rank=r) for pid, r in ((1, "worker:0"), (2, "worker:1"))
+    ]
+    text = scrape([*ranks, snapshot("lone", 3)])
+    samples = samples_of(text)
+    rss = "driftwatch_process_resident_memory_bytes"
+    for rank in ("worker:0", "worker:1"):
+        assert samples[(rss, (("rank", rank), ("run", "mnist")))] == 512e6
+    assert samples[(rss, (("rank", ""), ("run", "lone")))] == 512e6
+    info = {
+        dict(labels)["pid"]: dict(labels).get("rank")
+        for (name, labels) in samples
+        if name == "driftwatch_target_info"
+    }
+    assert info == {"1": "worker:0", "2": "worker:1", "3": ""}
+    assert samples[("driftwatch_gpu_memory_total_bytes", (("gpu", "0"),))] == 80e9
+    result = promtool_check_metrics(promtool, text)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_runs_of_one_process_have_no_rank_label() -> None:
+    assert 'rank="' not in scrape([snapshot("a"), snapshot("b", pid=1)])
+
+
 def test_empty_exposition_and_table_names_follow_conventions() -> None:
     text = scrape([])
     assert "driftwatch_build_info" in text

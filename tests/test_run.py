@@ -174,30 +174,70 @@ def test_no_hook_leaves_the_job_alone() -> None:
     assert "0 False" in result.stdout.splitlines()
 
 
-def test_the_ranks_of_one_job_share_the_run_name_of_their_environment() -> None:
-    # Expected: every rank of a job started with DRIFTWATCH_RUN=NAME (a pod's spec, a
-    # launcher's) is the run NAME, the job told it too; a --run flag names it instead.
-    job = "import os\nos.write(1, f\"run={os.environ['DRIFTWATCH_RUN']}\\n\".encode())"
-    for flags, named in (((), "ranks-of-one-job"), (("--run", "flagged"), "flagged")):
-        result = run_cli(
-            "run",
-            "--no-hook",
-            *flags,
-            "--listen",
-            "127.0.0.1:0",
-            *python_job(job),
-            env={"DRIFTWATCH_RUN": "ranks-of-one-job"},
-        )
-        assert result.returncode == 0, result.stderr
-        assert f"run={named}" in result.stdout.splitlines(), result.stdout
-        assert f" {named}: RSS" in result.stdout, result.stdout  # the live line's run
+WORKER_1 = '{"cluster": {"worker": ["h0:1", "h1:1"]}, "task": {"type": "worker", "index": 1}}'
+"""The ``TF_CONFIG`` of the second worker of a two-worker job."""
+TELL_NAME_AND_RANK = (
+    "import os\n"
+    "told = (os.environ['DRIFTWATCH_RUN'], os.environ.get('DRIFTWATCH_RANK', '-'))\n"
+    "os.write(1, ('run=%s rank=%s\\n' % told).encode())"
+)
+"""A job that prints the run name and rank driftwatch told it."""
 
 
-def test_attach_names_the_run_by_the_processs_own_environment() -> None:
-    # Expected: a process started with DRIFTWATCH_RUN=NAME, attached to, is the run NAME.
+@pytest.mark.parametrize(
+    ("flags", "env", "told", "title"),
+    [
+        # Every rank of a job started with DRIFTWATCH_RUN=NAME (a pod's spec, a launcher's)
+        # is the run NAME; a --run flag names it instead.
+        ((), {}, "run=ranks-of-one-job rank=-", "ranks-of-one-job"),
+        (("--run", "flagged"), {}, "run=flagged rank=-", "flagged"),
+        # A rank from TF_CONFIG's task, or --rank, names the process beside its run; the job
+        # is told it (its hook agrees).
+        (
+            (),
+            {"TF_CONFIG": WORKER_1},
+            "run=ranks-of-one-job rank=worker:1",
+            "ranks-of-one-job (worker:1)",
+        ),
+        (
+            ("--rank", "chief:0"),
+            {"TF_CONFIG": WORKER_1},
+            "run=ranks-of-one-job rank=chief:0",
+            "ranks-of-one-job (chief:0)",
+        ),
+    ],
+)
+def test_the_ranks_of_one_job_share_the_run_name_of_their_environment_and_differ_by_rank(
+    flags: tuple[str, ...], env: dict[str, str], told: str, title: str
+) -> None:
+    result = run_cli(
+        "run",
+        "--no-hook",
+        *flags,
+        "--listen",
+        "127.0.0.1:0",
+        *python_job(TELL_NAME_AND_RANK),
+        env={"DRIFTWATCH_RUN": "ranks-of-one-job", **env},
+    )
+    assert result.returncode == 0, result.stderr
+    assert told in result.stdout.splitlines(), result.stdout
+    assert f" {title}: RSS" in result.stdout, result.stdout  # the live line's run
+
+
+@pytest.mark.parametrize(
+    ("env", "title"),
+    [
+        ({"DRIFTWATCH_RUN": "attached-job"}, "attached-job"),
+        ({"DRIFTWATCH_RUN": "attached-job", "HOROVOD_RANK": "3"}, "attached-job (3)"),
+    ],
+)
+def test_attach_names_the_run_and_rank_by_the_processs_own_environment(
+    env: dict[str, str], title: str
+) -> None:
+    # Expected: a process started with DRIFTWATCH_RUN=NAME, attached to, is the run NAME;
+    # started by Horovod as rank 3, it is rank 3 of it.
     job = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(4)"],
-        env={**os.environ, "DRIFTWATCH_RUN": "attached-rank"},
+        [sys.executable, "-c", "import time; time.sleep(4)"], env={**os.environ, **env}
     )
     try:
         result = run_cli("attach", str(job.pid), "--listen", "127.0.0.1:0")
@@ -205,7 +245,7 @@ def test_attach_names_the_run_by_the_processs_own_environment() -> None:
         job.kill()
         job.wait()
     assert result.returncode == 0, result.stderr
-    assert " attached-rank: RSS" in result.stdout, result.stdout
+    assert f" {title}: RSS" in result.stdout, result.stdout
 
 
 def test_the_jobs_own_sitecustomize_still_runs(tmp_path: Path) -> None:

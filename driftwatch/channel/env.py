@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
 from driftwatch.target.process import default_run_name
@@ -15,9 +16,45 @@ RUN_ENV = "DRIFTWATCH_RUN"
 the hook's name and the monitor's agree."""
 DISABLE_ENV = "DRIFTWATCH_HOOK"
 """Set to ``0`` to turn the injection off for one job."""
+RANK_ENV = "DRIFTWATCH_RANK"
+"""A process's rank within its job, over what ``TF_CONFIG`` or its launcher says."""
+TF_CONFIG_ENV = "TF_CONFIG"
+"""TensorFlow's cluster and task of a distributed job's process (JSON)."""
+LAUNCHER_RANK_ENVS = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "RANK")
+"""Where launchers put a process's rank: Horovod, Open MPI, MPICH and Intel MPI, Slurm's
+srun, torchrun; the first set is read."""
 
 
 def run_name_from(environ: Mapping[str, str], argv: list[str], process_name: str) -> str:
     """The name of a run no flag named: ``$DRIFTWATCH_RUN`` of its environment, else its
     training script's name (``default_run_name``)."""
     return environ.get(RUN_ENV) or default_run_name(argv, process_name)
+
+
+def rank_from(environ: Mapping[str, str]) -> str:
+    """A process's rank within a distributed job: ``$DRIFTWATCH_RANK``, else the task of its
+    ``TF_CONFIG`` (``worker:1``, as TensorFlow names it), else its launcher's rank variable
+    (``LAUNCHER_RANK_ENVS``); ``""`` for a job of one process."""
+    given = environ.get(RANK_ENV, "").strip()
+    if given:
+        return given
+    task = _tf_config_task(environ.get(TF_CONFIG_ENV, ""))
+    if task:
+        return task
+    return next((environ[name].strip() for name in LAUNCHER_RANK_ENVS if name in environ), "")
+
+
+def _tf_config_task(text: str) -> str:
+    """``type:index`` of the task a ``TF_CONFIG`` names; ``""`` when it names none (or is
+    not JSON: TensorFlow would refuse it, and the job says so itself)."""
+    try:
+        task = json.loads(text).get("task", {}) if text.strip() else {}
+        kind, index = task.get("type"), task.get("index", 0)
+    except (ValueError, AttributeError):
+        return ""
+    return f"{kind}:{int(index)}" if isinstance(kind, str) and kind and _is_index(index) else ""
+
+
+def _is_index(value: object) -> bool:
+    """Whether ``value`` is a task index (an int, or digits as some launchers write it)."""
+    return isinstance(value, int) or (isinstance(value, str) and value.isdigit())

@@ -87,11 +87,12 @@ def attach(
 ) -> None:
     """Watch a running process that was started without driftwatch."""
     target = Target.attach(pid)
-    run_name = watch.run or name_of_run(target)
+    named, ranked = name_of_run(target)
+    run_name, rank = watch.run or named, watch.rank or ranked
     stop = threading.Event()
     with handling_signals(stop.set) as received:
         sources = default_sources(target, watch.logdirs)
-        watched = watch_one(serve, run_name, target.info, sources, watch.interval, stop)
+        watched = watch_one(serve, run_name, target.info, sources, watch.interval, stop, rank)
     print_summary(
         watched, watched.ended or f"driftwatch received {signal.Signals(received[0]).name}"
     )

@@ -15,7 +15,7 @@ from pathlib import Path
 from types import FrameType
 from typing import IO
 
-from driftwatch.channel.env import DISABLE_ENV, RUN_ENV
+from driftwatch.channel.env import DISABLE_ENV, RANK_ENV, RUN_ENV
 from driftwatch.errors import UsageError
 from driftwatch.series import Sample
 
@@ -26,10 +26,13 @@ DRAIN_SECONDS = 2.0
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 
-def child_environment(base: dict[str, str], hook: bool, run: str) -> dict[str, str]:
-    """The job's environment: ``PYTHONPATH`` led by the injection directory unless opted out."""
+def child_environment(base: dict[str, str], hook: bool, run: str, rank: str = "") -> dict[str, str]:
+    """The job's environment: its run name and rank (where it has one) for the hook, and
+    ``PYTHONPATH`` led by the injection directory unless opted out."""
     env = dict(base)
     env[RUN_ENV] = run
+    if rank:
+        env[RANK_ENV] = rank
     if not hook:
         env[DISABLE_ENV] = "0"
         return env

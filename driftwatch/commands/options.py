@@ -44,6 +44,13 @@ LogdirOption = Annotated[
 RunOption = Annotated[
     str | None, typer.Option(help="Run name for labels (default: the script's name).")
 ]
+RankOption = Annotated[
+    str | None,
+    typer.Option(
+        help="This process's rank in a distributed job, beside the run name in labels "
+        "(default: $DRIFTWATCH_RANK, else TF_CONFIG's task, else the launcher's rank)."
+    ),
+]
 FindingsOption = Annotated[
     Path | None, typer.Option(help="Append findings to this file as JSON lines.")
 ]
@@ -99,18 +106,23 @@ def _block(
 
 
 def watch_options(command: Command) -> Command:
-    """``--interval``, ``--logdir`` (repeatable) and ``--run``, as ``watch=``."""
+    """``--interval``, ``--logdir`` (repeatable), ``--run`` and ``--rank``, as ``watch=``."""
 
-    def build(interval: float, logdir: list[Path] | None, run: str | None) -> WatchOptions:
+    def build(
+        interval: float, logdir: list[Path] | None, run: str | None, rank: str | None
+    ) -> WatchOptions:
         for path in logdir or []:
             if not path.is_dir():
                 raise UsageError(f"--logdir {path}: no such directory")
-        return WatchOptions(check_interval(interval), list(logdir or []), run)
+        if rank is not None and not rank.strip():
+            raise UsageError("--rank: empty (leave it out for a job of one process)")
+        return WatchOptions(check_interval(interval), list(logdir or []), run, rank)
 
     params = [
         _option("interval", IntervalOption, DEFAULT_INTERVAL),
         _option("logdir", LogdirOption, None),
         _option("run", RunOption, None),
+        _option("rank", RankOption, None),
     ]
     return _block("watch", params, build)(command)
 

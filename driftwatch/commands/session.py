@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.live import Live
 
 from driftwatch.capture.capturer import capturer_for
-from driftwatch.channel.env import run_name_from
+from driftwatch.channel.env import rank_from, run_name_from
 from driftwatch.channel.paths import process_channel, remove_channel
 from driftwatch.commands.launch import (
     StderrPump,
@@ -150,10 +150,16 @@ class Session:
         return f"{history}metrics at {self.url}"
 
     def monitor(
-        self, run: str, target: TargetInfo, sources: Sequence[Source], sinks: Sequence[Sink] = ()
+        self,
+        run: str,
+        target: TargetInfo,
+        sources: Sequence[Source],
+        sinks: Sequence[Sink] = (),
+        rank: str = "",
     ) -> Monitor:
-        """The monitor of ``run``, reporting to the findings file, recording its history and
-        publishing to ``sinks``; with a history, evidence is captured beside it at drift."""
+        """The monitor of ``run`` (``rank`` of it, in a distributed job), reporting to the
+        findings file, recording its history and publishing to ``sinks``; with a history,
+        evidence is captured beside it at drift."""
         history = self.history
         capturer = None if history is None else capturer_for(history.path, target, sources)
         return Monitor(
@@ -162,9 +168,10 @@ class Session:
             sources,
             default_engine(),
             on_finding=partial(self.findings.write, run),
-            recorder=None if history is None else history.recorder(run, target),
+            recorder=None if history is None else history.recorder(run, target, rank),
             sinks=sinks if capturer is None else [*sinks, capturer],
             annotator=capturer,
+            rank=rank,
         )
 
     def close(self, quietly: bool = False) -> None:
@@ -201,6 +208,7 @@ class WatchOptions:
     interval: float
     logdirs: list[Path]
     run: str | None
+    rank: str | None = None
 
 
 @dataclass(frozen=True)
@@ -213,14 +221,15 @@ class WatchResult:
     started: float
 
 
-def name_of_run(target: Target) -> str:
-    """The run name of a process attached to: its ``$DRIFTWATCH_RUN``, else its script's
-    name (also when its environment may not be read)."""
+def name_of_run(target: Target) -> tuple[str, str]:
+    """The run name and rank of a process attached to: its ``$DRIFTWATCH_RUN``, else its
+    script's name, and ``rank_from`` its environment (also when that may not be read: no
+    rank then)."""
     try:
         environ = target.environ()
     except DriftwatchError:
         environ = {}
-    return run_name_from(environ, list(target.info.command), target.info.name)
+    return run_name_from(environ, list(target.info.command), target.info.name), rank_from(environ)
 
 
 def watch_one(
@@ -230,9 +239,11 @@ def watch_one(
     sources: Sequence[Source],
     interval: float,
     stop: threading.Event,
+    rank: str = "",
 ) -> WatchResult:
-    """Watch one run with a session of its own, the live view (a table on a terminal, else
-    a plain line per ``interval``) and ``/metrics``, until it exits or ``stop`` is set."""
+    """Watch one run (``rank`` of it, in a distributed job) with a session of its own, the
+    live view (a table on a terminal, else a plain line per ``interval``) and ``/metrics``,
+    until it exits or ``stop`` is set."""
     monitor: Monitor | None = None
 
     def snapshots() -> list[Snapshot]:
@@ -240,7 +251,7 @@ def watch_one(
 
     with Session(options, f"watching {run}", snapshots, run) as session, ExitStack() as stack:
         view = _view(stack, session.url, interval)
-        monitor = session.monitor(run, target, sources, [view])
+        monitor = session.monitor(run, target, sources, [view], rank)
         print(f"driftwatch: watching {run} (pid {target.pid}); {session.where()}", file=sys.stderr)
         started = time.time()
         ended = watch(monitor, interval, stop)
@@ -264,7 +275,8 @@ def watch_job(
 ) -> int:
     """Start ``command``, watch it until it exits, print the summary; its exit code."""
     run_name = watch.run or run_name_from(os.environ, command, Path(command[0]).name)
-    env = child_environment(dict(os.environ), hook, run_name)
+    rank = watch.rank or rank_from(os.environ)
+    env = child_environment(dict(os.environ), hook, run_name, rank)
     if cpu_allocator_stats:
         env["TF_CPU_ALLOCATOR_USE_BFC"] = "true"
     child = launch(command, env)
@@ -275,7 +287,7 @@ def watch_job(
             target = Target.attach(child.pid)
             sources = [*default_sources(target, watch.logdirs), pump]
             watched = watch_one(
-                serve, run_name, target.info, sources, watch.interval, threading.Event()
+                serve, run_name, target.info, sources, watch.interval, threading.Event(), rank
             )
         except TargetGone:  # it finished before driftwatch could start watching
             child.wait()

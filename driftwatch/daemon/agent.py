@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from driftwatch.capture.capturer import capturer_for
-from driftwatch.channel.env import run_name_from
+from driftwatch.channel.env import rank_from, run_name_from
 from driftwatch.channel.paths import channel_dirs
 from driftwatch.daemon.config import Config
 from driftwatch.daemon.discovery import (
@@ -109,8 +109,9 @@ class Daemon:
 
     @property
     def runs(self) -> dict[str, int]:
-        """The PID of each watched run, by run name."""
-        return {w.monitor.run: w.monitor.target.pid for w in self._watched.values()}
+        """The PID of each watched run, by its title (the run name, and the rank of a
+        distributed job's process: ``mnist (worker:1)``)."""
+        return {w.monitor.snapshot.title: w.monitor.target.pid for w in self._watched.values()}
 
     # -- one tick ---------------------------------------------------------------------------
 
@@ -168,7 +169,8 @@ class Daemon:
         command = " ".join(target.info.command)
         rule = self.config.rule_for(command)
         try:
-            name = self._unique_name(run or self._default_name(target), target.pid)
+            rank = self._rank_of(target) if found.rank is None else found.rank
+            name = self._unique_name(run or self._default_name(target), rank, target.pid)
             sources = default_sources(target, rule.logdirs if rule else (), channel, self._pressure)
         except TargetGone:
             return
@@ -185,9 +187,10 @@ class Daemon:
             default_engine(),
             clock=self._clock,
             on_finding=lambda finding: self._report(name, finding),
-            recorder=None if history is None else history.recorder(name, target.info),
+            recorder=None if history is None else history.recorder(name, target.info, rank),
             sinks=() if capturer is None else (capturer,),
             annotator=capturer,
+            rank=rank,
         )
         self._watched[key] = _Watched(monitor, command, channel is None, channel, cadence)
         log.info("watching %s (pid %d), found by %s", name, target.pid, found.found_by)
@@ -197,9 +200,20 @@ class Daemon:
         """``$DRIFTWATCH_RUN`` of the process, else the script's name."""
         return run_name_from(target.environ(), list(target.info.command), target.info.name)
 
-    def _unique_name(self, name: str, pid: int) -> str:
-        """``name``, or ``name-PID`` if a live run has it: label values stay unique."""
-        taken = {w.monitor.run for w in self._watched.values()}
+    @staticmethod
+    def _rank_of(target: Target) -> str:
+        """The process's rank in its distributed job (``rank_from`` its environment), for a
+        process whose hook gave none; ``""`` when it has none, or its environment may not be
+        read."""
+        try:
+            return rank_from(target.environ())
+        except TargetError:
+            return ""
+
+    def _unique_name(self, name: str, rank: str, pid: int) -> str:
+        """``name``, or ``name-PID`` if a live run of the same ``rank`` has it: the ranks of
+        one job share their run name, and label values stay unique."""
+        taken = {w.monitor.run for w in self._watched.values() if w.monitor.rank == rank}
         unique, suffix = name, 1
         while unique in taken:
             unique = f"{name}-{pid}" if suffix == 1 else f"{name}-{pid}-{suffix}"

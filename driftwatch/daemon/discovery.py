@@ -156,6 +156,8 @@ class Found:
     """The hook channel it was found by; None if a pattern found it."""
     found_by: str
     """How it was found, for the log."""
+    rank: str | None = None
+    """The rank its hook gave it (``""``: none), if it has a hook."""
 
 
 class Verdict(enum.Enum):
@@ -324,9 +326,10 @@ class Discovery:
             self._waiting.add(key)  # the hook writes it right after the channel
             return None
         self._waiting.discard(key)
-        run = meta.get("run")
+        run, rank = meta.get("run"), meta.get("rank")
         named = run if isinstance(run, str) else None
-        return Found(key, target, named, path, f"its channel {path}")
+        ranked = rank if isinstance(rank, str) else None
+        return Found(key, target, named, path, f"its channel {path}", ranked)
 
     def _find_writer(self, path: Path, directory_owner: int) -> Key | None:
         """The process that writes the channel ``path``, as this daemon sees it (its PID

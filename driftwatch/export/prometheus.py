@@ -22,6 +22,9 @@ from driftwatch.runtime.snapshot import Snapshot
 from driftwatch.series import SERIES, MetricType, Scope
 
 RUN_LABEL = "run"
+RANK_LABEL = "rank"
+"""Beside ``run`` on every per-run series while a run watched is one rank of a distributed
+job (``worker:1``); a run of one process has it empty, which Prometheus drops."""
 COMMAND_LABEL_LIMIT = 200
 """Characters of the (redacted) command kept in the info metric: bounded label size."""
 
@@ -130,30 +133,34 @@ class DriftwatchCollector(Collector):
         build = InfoMetricFamily("driftwatch_build", "driftwatch version and runtime.")
         build.add_metric([], {"version": __version__, "python": platform.python_version()})
         yield build
-        yield from self._series_families(snapshots)
-        yield from self._run_families(snapshots)
+        run_labels = (RUN_LABEL, RANK_LABEL) if any(s.rank for s in snapshots) else (RUN_LABEL,)
+        yield from self._series_families(snapshots, run_labels)
+        yield from self._run_families(snapshots, run_labels)
 
     @staticmethod
-    def _series_families(snapshots: list[Snapshot]) -> Iterator[Metric]:
+    def _series_families(
+        snapshots: list[Snapshot], run_labels: tuple[str, ...]
+    ) -> Iterator[Metric]:
         # Each run's values sorted by series once: a scrape walks every value once, not
         # once per series of the table.
-        by_series: dict[str, list[tuple[str, tuple[str, ...], float]]] = {}
+        by_series: dict[str, list[tuple[tuple[str, ...], tuple[str, ...], float]]] = {}
         for snapshot in snapshots:
+            run = _run_values(snapshot, run_labels)
             for (name, labels), value in snapshot.values.items():
-                entry = (snapshot.run, tuple(v for _, v in labels), value)
+                entry = (run, tuple(v for _, v in labels), value)
                 by_series.setdefault(name, []).append(entry)
         for series, spec in SERIES.items():
             values = by_series.get(series)
             if not values:
                 continue
             per_run = spec.scope is Scope.RUN
-            label_names = [RUN_LABEL, *spec.label_names] if per_run else list(spec.label_names)
+            label_names = [*run_labels, *spec.label_names] if per_run else list(spec.label_names)
             kind = "counter" if spec.kind is MetricType.COUNTER else "gauge"
             family = Family(spec.metric, spec.help, kind, label_names)
             seen: set[tuple[str, ...]] = set()
             for run, label_values, value in values:
                 if per_run:
-                    label_values = (run, *label_values)
+                    label_values = (*run, *label_values)
                 if label_values in seen:  # node-wide series seen through several runs
                     continue
                 seen.add(label_values)
@@ -161,22 +168,28 @@ class DriftwatchCollector(Collector):
             yield family
 
     @staticmethod
-    def _run_families(snapshots: list[Snapshot]) -> Iterator[Metric]:
+    def _run_families(snapshots: list[Snapshot], run_labels: tuple[str, ...]) -> Iterator[Metric]:
         info = InfoMetricFamily(
-            "driftwatch_target", "The watched process of each run.", labels=[RUN_LABEL]
+            "driftwatch_target", "The watched process of each run.", labels=run_labels
         )
         for snapshot in snapshots:
             target = snapshot.target
             command = " ".join(target.command)[:COMMAND_LABEL_LIMIT]
             labels = {"pid": str(target.pid), "command": command, "user": target.username}
-            info.add_metric([snapshot.run], labels)
+            info.add_metric(_run_values(snapshot, run_labels), labels)
         yield info
         for spec in RUN_FAMILIES:
-            family = Family(spec.name, spec.help, "gauge", [RUN_LABEL, *spec.labels])
+            family = Family(spec.name, spec.help, "gauge", [*run_labels, *spec.labels])
             for snapshot in snapshots:
+                run = _run_values(snapshot, run_labels)
                 for label_values, value in spec.rows(snapshot):
-                    family.add_metric((snapshot.run, *label_values), value)
+                    family.add_metric((*run, *label_values), value)
             yield family
+
+
+def _run_values(snapshot: Snapshot, run_labels: tuple[str, ...]) -> tuple[str, ...]:
+    """The values of ``run_labels`` (``run``, and ``rank`` where a run has one) of a run."""
+    return (snapshot.run, snapshot.rank) if len(run_labels) == 2 else (snapshot.run,)
 
 
 def metrics_app(snapshots: SnapshotProvider) -> Callable[..., Any]:

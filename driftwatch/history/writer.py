@@ -141,9 +141,10 @@ class History:
         self._writer = threading.Thread(target=self._write_loop, name="history", daemon=True)
         self._writer.start()
 
-    def recorder(self, run: str, target: TargetInfo) -> RunRecorder:
-        """A recorder for the run watching ``target``; resumes its history if it has one."""
-        return RunRecorder(self, run, target)
+    def recorder(self, run: str, target: TargetInfo, rank: str = "") -> RunRecorder:
+        """A recorder for the run watching ``target`` (``rank`` of a distributed job, kept
+        in the run's metadata); resumes its history if it has one."""
+        return RunRecorder(self, run, target, rank)
 
     def offer(self, batch: _Batch, wait: bool = False) -> bool:
         """Queue ``batch`` for the writer; unless ``wait``, ``False`` if it must come again."""
@@ -326,10 +327,11 @@ class RunRecorder:
     """A monitor's sink: turns one run's snapshots into batches for its ``History``; never
     blocks a tick, never raises."""
 
-    def __init__(self, history: History, run: str, target: TargetInfo) -> None:
+    def __init__(self, history: History, run: str, target: TargetInfo, rank: str = "") -> None:
         self._history = history
         self._run = run
         self._target = target
+        self._identity = {"rank": rank} if rank else {}  # merged into the metadata once
         self._sent: dict[SeriesKey, list[int]] = {}  # buckets closed and sent, per tier
         self._labels_json: dict[SeriesKey, str] = {}
         self._holding: dict[str, _FindingState] = {}
@@ -402,7 +404,7 @@ class RunRecorder:
             list(self._changed.values()),
             list(self._changes),
             ended,
-            meta,
+            self._identity | meta,
         )
         if self._history.offer(batch, wait=ended is not None):
             self._meta_sent = self._meta_sent or bool(meta)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from driftwatch.channel.env import RUN_ENV
+from driftwatch.channel.env import RUN_ENV, rank_from
 from driftwatch.channel.ring import ChannelWriter, NullWriter, open_writer
 from driftwatch.channel.wire import RUNTIME_META, SERIES_META, RecordKind
 from driftwatch.hook.probes import Reading, TensorflowProbes
@@ -106,6 +106,7 @@ class Hook:
         self._series: dict[tuple[str, Labels], int] = {}
         self._meta: dict[str, object] = {
             "run": self.run,
+            "rank": rank_from(os.environ),
             "pid": os.getpid(),
             RUNTIME_META: runtime_versions(),
             SERIES_META: [],

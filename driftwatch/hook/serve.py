@@ -10,6 +10,7 @@ import logging
 import os
 import threading
 
+from driftwatch.channel.env import rank_from
 from driftwatch.channel.ring import ChannelWriter, NullWriter
 from driftwatch.commands.session import Session, SessionOptions
 from driftwatch.errors import DriftwatchError
@@ -69,6 +70,6 @@ def serve_in_process(
     except DriftwatchError as err:
         log.warning("driftwatch: not serving /metrics from this process: %s", err)
         return None
-    monitor = session.monitor(run, target.info, sources)
+    monitor = session.monitor(run, target.info, sources, rank=rank_from(os.environ))
     log.info("driftwatch: serving %s", session.url)
     return InProcessServer(session, monitor)

@@ -12,8 +12,10 @@ from driftwatch.units import human_bytes, human_seconds, local_time
 def to_text(report: Report) -> str:
     """A readable summary for the terminal."""
     run = report.run
+    rank = run.meta.get("rank")
+    of_rank = f", rank {rank}" if rank else ""
     lines = [
-        f"run {run.name} (#{run.id}): pid {run.pid} on {run.host}, user {run.user}",
+        f"run {run.name} (#{run.id}{of_rank}): pid {run.pid} on {run.host}, user {run.user}",
         f"  command: {' '.join(run.command)}",
         f"  watched {local_time(report.start)} to {local_time(report.end)} "
         f"({human_seconds(report.end - report.start)}); "

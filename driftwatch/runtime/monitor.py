@@ -108,6 +108,7 @@ class Monitor:
         sinks: Sequence[Sink] = (),
         evaluate_every: float = 0.0,
         annotator: EvidenceAnnotator | None = None,
+        rank: str = "",
     ) -> None:
         """``sinks`` receive each snapshot, then the last one with why monitoring ended;
         ``recorder`` (the history's) goes first, before them. ``evaluate_every``: seconds
@@ -115,8 +116,10 @@ class Monitor:
         by the caller before each tick); ticks in between publish the last evaluation's
         findings.
         ``annotator`` sees each tick's findings first and may add evidence to them; when
-        monitoring ends, the last findings are annotated once more after it settles."""
+        monitoring ends, the last findings are annotated once more after it settles.
+        ``rank``: the process's rank within its distributed job (``rank_from``)."""
         self.run = run
+        self.rank = rank
         self.target = target
         self.store = store if store is not None else Store()
         self._sources = list(sources)
@@ -142,7 +145,7 @@ class Monitor:
         self._evaluated_at = -math.inf
         self.moving = FastSignals()
         """When a signal last moved fast, for the sampling ``Cadence``."""
-        self.snapshot = Snapshot(run, target, clock(), 0, store=self.store)
+        self.snapshot = Snapshot(run, target, clock(), 0, store=self.store, rank=rank)
         # A young process is watched from its start (its history is in the channel and
         # event files); an older one from now.
         started = self.snapshot.t
@@ -237,6 +240,7 @@ class Monitor:
             tuple(findings),
             dict(self._engine.scores),
             self.store,
+            rank=self.rank,
         )
         for sink in self._sinks:
             sink.publish(self.snapshot)

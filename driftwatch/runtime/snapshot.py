@@ -59,6 +59,13 @@ class Snapshot:
     """Set on the snapshot that closes the sinks only: the last version of each finding
     that ended during the run, with the evidence that landed for it since (a profiler trace
     the hook finished after the slowdown that asked for it was over)."""
+    rank: str = ""
+    """The process's rank within a distributed job (``worker:1``); ``""`` for one process."""
+
+    @property
+    def title(self) -> str:
+        """The run's name, with its rank in a distributed job: ``mnist (worker:1)``."""
+        return f"{self.run} ({self.rank})" if self.rank else self.run
 
 
 class Sink(Protocol):

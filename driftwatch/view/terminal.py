@@ -286,7 +286,7 @@ _VIEW_ROWS: dict[str, Callable[[_Reader, str], list[Row]]] = {
 def render_table(snapshot: Snapshot, listen_url: str | None) -> Table:
     """The live view of one snapshot."""
     target = snapshot.target
-    title = f"driftwatch · {snapshot.run} · pid {target.pid}"
+    title = f"driftwatch · {snapshot.title} · pid {target.pid}"
     caption = f"metrics: {listen_url}" if listen_url else None
     table = Table(title=title, caption=caption, show_header=False, expand=False)
     table.add_column("signal", style="bold")
@@ -307,7 +307,7 @@ def render_line(snapshot: Snapshot) -> str:
     """One line per tick, for logs and terminals that are not interactive."""
     stamp = clock(snapshot.t)
     readings = "; ".join(f"{name}: {reading}" for name, reading in signal_rows(snapshot))
-    return f"{stamp} {snapshot.run}: {readings}"
+    return f"{stamp} {snapshot.title}: {readings}"
 
 
 def render_summary(
@@ -316,7 +316,7 @@ def render_summary(
     """The report printed when monitoring ends; ``findings``: every kind reported in the run."""
     r = _Reader(snapshot)
     lines = [
-        f"driftwatch: monitoring of {snapshot.run} (pid {snapshot.target.pid}) stopped: {reason}",
+        f"driftwatch: monitoring of {snapshot.title} (pid {snapshot.target.pid}) stopped: {reason}",
         f"  watched for {human_seconds(snapshot.t - started)}, {snapshot.ticks} samples",
     ]
     for series, watched in WATCHED.items():
