@@ -134,19 +134,20 @@ class Finding:
             record["causes"] = [cause.to_dict() for cause in self.causes]
         return record
 
-    def to_json(self, run: str) -> str:
-        """One JSON line, the format of ``--findings`` and ``analyze --json``."""
-        return json.dumps(
-            {
-                "run": run,
-                "kind": self.kind,
-                "severity": self.severity.value,
-                "since": self.since,
-                "message": self.message,
-                "evidence": self.evidence_record(),
-            },
-            sort_keys=True,
-        )
+    def to_json(self, run: str, rank: str = "") -> str:
+        """One JSON line, the format of ``--findings`` and ``analyze --json``; ``rank``: the
+        run's process's rank in a distributed job, a field only where it has one."""
+        record = {
+            "run": run,
+            "kind": self.kind,
+            "severity": self.severity.value,
+            "since": self.since,
+            "message": self.message,
+            "evidence": self.evidence_record(),
+        }
+        if rank:
+            record["rank"] = rank
+        return json.dumps(record, sort_keys=True)
 
 
 def worst_per_kind(findings: Iterable[Finding]) -> dict[str, Finding]:

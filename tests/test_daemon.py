@@ -789,12 +789,17 @@ def test_a_contained_job_of_another_user_is_watched_through_a_shared_directory(
     assert daemon.stop() == 0
 
 
+@pytest.mark.parametrize("rank", [None, "worker:1"])
 def test_findings_of_every_run_are_logged_and_appended(
     daemons: list[DaemonProcess],
     tmp_path: Path,
     sleeper: subprocess.Popen[bytes],
     hook_channel: HookChannels,
+    rank: str | None,
 ) -> None:
+    # Expected: a NaN loss the hook counted is a finding of its run, logged and appended as
+    # a JSON line; a rank of a distributed job is named in both (a line of one process's
+    # run has no rank field).
     findings = tmp_path / "findings.jsonl"
     channels = tmp_path / "channels"
     run = f"nan-{uuid.uuid4().hex[:8]}"
@@ -806,13 +811,15 @@ def test_findings_of_every_run_are_logged_and_appended(
         env={"DRIFTWATCH_RUNTIME_DIR": str(channels)},
     )
     daemons.append(daemon)
-    hook_channel(channels, sleeper.pid, run, 2)
+    hook_channel(channels, sleeper.pid, run, 2, rank=rank)
     wait_for(lambda: run in findings.read_text(), 20, "the finding in the findings file")
     found = [json.loads(line) for line in findings.read_text().splitlines()]
-    assert [(f["run"], f["kind"]) for f in found if f["run"] == run] == [(run, "nonfinite")]
+    ours = [(f["run"], f.get("rank"), f["kind"]) for f in found if f["run"] == run]
+    assert ours == [(run, rank, "nonfinite")]
     # Logged before it is written to the file; this test reads the log from a pipe on a
     # thread of its own, which may be behind.
-    logged = f"driftwatch: {run}: [critical] nonfinite: "
+    title = run if rank is None else f"{run} ({rank})"
+    logged = f"driftwatch: {title}: [critical] nonfinite: "
     wait_for(
         lambda: any(line.startswith(logged) for line in list(daemon.lines)), 10, "the log line"
     )

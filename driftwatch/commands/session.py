@@ -91,9 +91,9 @@ class FindingsLog:
                     f"--findings {path}: cannot open for writing: {err.strerror}"
                 ) from err
 
-    def write(self, run: str, finding: Finding) -> None:
+    def write(self, run: str, finding: Finding, rank: str = "") -> None:
         if self._file is not None:
-            self._file.write(finding.to_json(run) + "\n")
+            self._file.write(finding.to_json(run, rank) + "\n")
 
     def close(self) -> None:
         if self._file is not None:
@@ -167,7 +167,7 @@ class Session:
             target,
             sources,
             default_engine(),
-            on_finding=partial(self.findings.write, run),
+            on_finding=partial(self.findings.write, run, rank=rank),
             recorder=None if history is None else history.recorder(run, target, rank),
             sinks=sinks if capturer is None else [*sinks, capturer],
             annotator=capturer,

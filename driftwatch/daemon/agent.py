@@ -75,7 +75,8 @@ class Daemon:
     ``load`` reads the configuration (called again on ``reload``); ``directories`` says
     where to look for channels; ``scan`` lists the process table (default: a
     ``ProcessTable``); ``clock`` stamps samples;
-    ``on_finding`` gets each run's findings; ``history``, if any, records every run;
+    ``on_finding`` gets each run's findings (its name, the finding, its rank or ""); ``history``,
+    if any, records every run;
     ``sweep_after``: seconds before the channel of an exited process is removed.
     """
 
@@ -88,7 +89,7 @@ class Daemon:
         ),
         scan: ProcessScan | None = None,
         clock: Callable[[], float] = time.time,
-        on_finding: Callable[[str, Finding], None] = lambda run, finding: None,
+        on_finding: Callable[[str, Finding, str], None] = lambda run, finding, rank: None,
         history: History | None = None,
         sweep_after: float = SWEEP_AFTER_SECONDS,
     ) -> None:
@@ -186,7 +187,7 @@ class Daemon:
             sources,
             default_engine(),
             clock=self._clock,
-            on_finding=lambda finding: self._report(name, finding),
+            on_finding=lambda finding: self._report(monitor, finding),
             recorder=None if history is None else history.recorder(name, target.info, rank),
             sinks=() if capturer is None else (capturer,),
             annotator=capturer,
@@ -220,9 +221,11 @@ class Daemon:
             suffix += 1
         return unique
 
-    def _report(self, run: str, finding: Finding) -> None:
-        log.info("%s: [%s] %s: %s", run, finding.severity.value, finding.kind, finding.message)
-        self._on_finding(run, finding)
+    def _report(self, monitor: Monitor, finding: Finding) -> None:
+        """Log a finding of ``monitor``'s run (titled with its rank) and hand it on."""
+        title = monitor.snapshot.title
+        log.info("%s: [%s] %s: %s", title, finding.severity.value, finding.kind, finding.message)
+        self._on_finding(monitor.run, finding, monitor.rank)
 
     def _drop(self, key: Key, reason: str) -> None:
         watched = self._watched.pop(key)
