@@ -883,7 +883,7 @@ def test_the_ranks_of_one_job_on_one_node_share_its_run_name_and_differ_by_rank(
     ]
     db = tmp_path / "history.db"
     try:
-        daemons.append(DaemonProcess("--match", pattern, "--interval", "0.1", "--db", str(db)))
+        daemons.append(DaemonProcess("--match", pattern, "--db", str(db)))
         daemon = daemons[0]
         pids = {str(child.pid) for child in children}
 
