@@ -168,7 +168,7 @@ class Session:
             sources,
             default_engine(),
             on_finding=partial(self.findings.write, run, rank=rank),
-            recorder=None if history is None else history.recorder(run, target, rank),
+            recorder=None if history is None else history.recorder(run, target),
             sinks=sinks if capturer is None else [*sinks, capturer],
             annotator=capturer,
             rank=rank,

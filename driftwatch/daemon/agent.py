@@ -188,7 +188,7 @@ class Daemon:
             default_engine(),
             clock=self._clock,
             on_finding=lambda finding: self._report(monitor, finding),
-            recorder=None if history is None else history.recorder(name, target.info, rank),
+            recorder=None if history is None else history.recorder(name, target.info),
             sinks=() if capturer is None else (capturer,),
             annotator=capturer,
             rank=rank,

@@ -141,10 +141,9 @@ class History:
         self._writer = threading.Thread(target=self._write_loop, name="history", daemon=True)
         self._writer.start()
 
-    def recorder(self, run: str, target: TargetInfo, rank: str = "") -> RunRecorder:
-        """A recorder for the run watching ``target`` (``rank`` of a distributed job, kept
-        in the run's metadata); resumes its history if it has one."""
-        return RunRecorder(self, run, target, rank)
+    def recorder(self, run: str, target: TargetInfo) -> RunRecorder:
+        """A recorder for the run watching ``target``; resumes its history if it has one."""
+        return RunRecorder(self, run, target)
 
     def offer(self, batch: _Batch, wait: bool = False) -> bool:
         """Queue ``batch`` for the writer; unless ``wait``, ``False`` if it must come again."""
@@ -327,11 +326,10 @@ class RunRecorder:
     """A monitor's sink: turns one run's snapshots into batches for its ``History``; never
     blocks a tick, never raises."""
 
-    def __init__(self, history: History, run: str, target: TargetInfo, rank: str = "") -> None:
+    def __init__(self, history: History, run: str, target: TargetInfo) -> None:
         self._history = history
         self._run = run
         self._target = target
-        self._identity = {"rank": rank} if rank else {}  # merged into the metadata once
         self._sent: dict[SeriesKey, list[int]] = {}  # buckets closed and sent, per tier
         self._labels_json: dict[SeriesKey, str] = {}
         self._holding: dict[str, _FindingState] = {}
@@ -340,12 +338,13 @@ class RunRecorder:
         self._changes: list[tuple[str, float, str | None]] = []
         self._next_send = -math.inf
         self._meta_sent = False
+        self._rank_sent = False  # the snapshots' rank (of a distributed job) is in the metadata
 
     def publish(self, snapshot: Snapshot) -> None:
         """Note the tick's findings; every ``FLUSH_SECONDS`` of run time, send a batch."""
         self._note_findings(snapshot)
         if snapshot.t >= self._next_send:
-            self._send(snapshot.t, snapshot.store, None)
+            self._send(snapshot.t, snapshot.store, None, snapshot.rank)
 
     def close(self, snapshot: Snapshot, ended: str) -> None:
         """Send everything up to the last tick, with why monitoring ended (may wait); the
@@ -356,7 +355,7 @@ class RunRecorder:
             state = self._ended.get(finding.kind)
             if state is not None and finding.evidence != state.finding.evidence:
                 self._changed[finding.kind] = replace(state, finding=finding)
-        self._send(snapshot.t, snapshot.store, ended)
+        self._send(snapshot.t, snapshot.store, ended, snapshot.rank)
 
     def _note_findings(self, snapshot: Snapshot) -> None:
         now = snapshot.t
@@ -371,12 +370,13 @@ class RunRecorder:
             self._ended[kind] = self._holding.pop(kind)
             self._changes.append((kind, now, None))
 
-    def _send(self, now: float, store: StoreView, ended: str | None) -> None:
+    def _send(self, now: float, store: StoreView, ended: str | None, rank: str) -> None:
         if self._history.failed is not None:
             return
         buckets: list[tuple[str, str, float, Bucket]] = []
         sent: dict[SeriesKey, list[int]] = {}
         meta: dict[str, str] = {}
+        ranked = {"rank": rank} if rank and not self._rank_sent else {}
         for key, series in store:
             name, labels = key
             if name == "runtime_info" and not self._meta_sent:
@@ -404,10 +404,11 @@ class RunRecorder:
             list(self._changed.values()),
             list(self._changes),
             ended,
-            self._identity | meta,
+            ranked | meta,
         )
         if self._history.offer(batch, wait=ended is not None):
             self._meta_sent = self._meta_sent or bool(meta)
+            self._rank_sent = self._rank_sent or bool(ranked)
             self._sent.update(sent)
             self._changed.clear()
             self._changes.clear()
