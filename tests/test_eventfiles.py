@@ -126,9 +126,13 @@ def test_a_run_without_event_files_has_no_event_file_series_until_one_comes(
     assert source.sample(0.0) == []
     log = Log(tmp_path)
     log.scalar(1, 1.0, loss=1.0)
+    log.flush()
     values = latest(source.sample(1.0))
     assert values["event_files"] == 1.0
     assert values["event_file_bytes"] > 0
+    # Closed first: the writer's thread appends by the file's name, so a record it still
+    # held would create the file again after the removal.
+    log.close()
     os.remove(log.path)
     values = latest(source.sample(2.0))  # its files gone: zeros, as any run's then
     assert values["event_files"] == values["event_file_bytes"] == 0.0
