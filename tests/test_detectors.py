@@ -796,6 +796,37 @@ def test_the_recorded_train_keras_growth_is_stated_at_its_end_only() -> None:
         )
 
 
+def per_step_leak(pace_changes_at: float, slower: float, kept_share: float) -> list[Sample]:
+    """A 40-s job read every 0.5 s: a 590-MB start-up jump, then 430 steps/s from 6 s, each
+    keeping 2 KB under a 0.3-MB GC sawtooth. From ``pace_changes_at`` s its steps take
+    ``slower`` times as long and each keeps ``kept_share`` of that."""
+    samples = [Sample("memory_limit_bytes", 24.0 * GIB, T0)]
+    step, kept = 0.0, 0.0
+    for i in range(1, 81):
+        t = i * 0.5
+        if t > 6.0:
+            late = t > pace_changes_at
+            steps = 0.5 * 430 / (slower if late else 1.0)
+            step += steps
+            kept += steps * 2048 * (kept_share if late else 1.0)
+            samples.append(Sample("train_step", step, T0 + t))
+        base = 10e6 + 590e6 * min(t / 5.0, 1.0)
+        samples.append(Sample("rss_bytes", base + kept + 0.3e6 * (i % 6) / 5, T0 + t))
+    return samples
+
+
+def test_a_leak_per_step_is_stated_at_the_end_though_its_steps_slowed() -> None:
+    """The ``train_keras`` example's TensorBoard callback keeps about 2 KB a step. Its steps
+    taking 1.7x as long from the middle of the run (a neighbour, a slow callback) slow the
+    growth per second to 0.59 of its rate, not per step: stated at the end. Growth that slows
+    per step as well (a cache filling) is not."""
+    live, final = whole_run(per_step_leak(23.0, slower=1.7, kept_share=1.0))
+    assert live == []
+    assert [(f.kind, f.severity) for f in final] == [("host_memory_drift", Severity.WARNING)]
+    assert "until the run ended" in final[0].message
+    assert whole_run(per_step_leak(23.0, slower=1.0, kept_share=0.55)) == ([], [])
+
+
 def test_a_recorded_leak_with_no_step_signal_is_reported_within_seconds() -> None:
     """A custom loop passing its learning rate as a Python float (a new trace each step)
     climbs to 590 MB in 6 s, then grows 30 GB/h with no step signal at all: reported

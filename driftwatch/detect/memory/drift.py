@@ -91,6 +91,9 @@ class ResourceDriftDetector:
         self._epochs = 0
         self._epochs_done_at = math.nan  # when ``warmup_epochs`` epochs had ended
         self._first_step_at = math.inf  # when the first training step was seen
+        # The mean training step of each scale's windows: whole-run growth may keep its
+        # pace per step where its steps slowed.
+        self._steps = [WindowMeans(w, self.thresholds.points) for w in self.thresholds.scales]
         self._loading = Loading()  # fed by subclasses that watch the process's loading
 
     # -- input -------------------------------------------------------------------------
@@ -98,6 +101,8 @@ class ResourceDriftDetector:
     def observe(self, sample: Sample) -> None:
         if sample.series == "train_step":
             self._first_step_at = min(self._first_step_at, sample.t)
+            for steps in self._steps:
+                steps.add(sample.t, sample.value)
         elif sample.series in LOADING_SERIES:
             self._loading.reading(sample.series, sample.t, sample.value)
         elif sample.series == "epoch_seconds":
@@ -105,22 +110,26 @@ class ResourceDriftDetector:
             if self._epochs == self.thresholds.warmup_epochs:
                 self._epochs_done_at = sample.t
         elif sample.series == self.signal:
-            self._loading.level(sample.value)
-            state = self._signals.get(sample.labels)
-            if state is None:
-                widths = [WindowMeans(w, self.thresholds.points) for w in self.thresholds.scales]
-                state = self._signals[sample.labels] = _Signal(widths, first_t=sample.t)
-            state.readings.append((sample.t, sample.value))
-            narrowest = state.scales[0]
-            closed = narrowest.version
-            for scale in state.scales:
-                scale.add(sample.t, sample.value)
-            if narrowest.version != closed:
-                state.startup.window_closed(narrowest.means[-1][0], narrowest.floors[-1])
+            self._reading(sample)
         elif (
             sample.series == self.limit_series and math.isfinite(sample.value) and sample.value > 0
         ):
             self._limits[sample.labels] = sample.value
+
+    def _reading(self, sample: Sample) -> None:
+        """A reading of the signal: into its windows at every scale."""
+        self._loading.level(sample.value)
+        state = self._signals.get(sample.labels)
+        if state is None:
+            widths = [WindowMeans(w, self.thresholds.points) for w in self.thresholds.scales]
+            state = self._signals[sample.labels] = _Signal(widths, first_t=sample.t)
+        state.readings.append((sample.t, sample.value))
+        narrowest = state.scales[0]
+        closed = narrowest.version
+        for scale in state.scales:
+            scale.add(sample.t, sample.value)
+        if narrowest.version != closed:
+            state.startup.window_closed(narrowest.means[-1][0], narrowest.floors[-1])
 
     def limit_for(self, labels: Labels) -> float:
         """The limit of a signal: same labels, else the only (unlabelled) limit known."""
@@ -331,7 +340,8 @@ class ResourceDriftDetector:
             started = state.first_t
         best: list[tuple[float, float, float, int]] = []
         width = math.nan
-        for scale in state.scales:
+        steps = self._steps[0]
+        for scale, scale_steps in zip(state.scales, self._steps, strict=True):
             windows = scale.windows(with_open=True)
             since = [w for w in windows if w[0] >= started]
             # The first and the open window may hold part of theirs: judge the others.
@@ -339,11 +349,12 @@ class ResourceDriftDetector:
             if not windows or statistics.median(w[3] for w in inner) < MIN_READINGS:
                 continue
             if len(since) >= CONCLUDE_MIN_POINTS and windows[0][0] <= started:
-                best, width = since, scale.width
+                best, width, steps = since, scale.width, scale_steps
                 break
             if len(since) > len(best):
-                best, width = since, scale.width
-        return whole_run_trend(best, width, unsettled, self.thresholds)
+                best, width, steps = since, scale.width, scale_steps
+        by_start = {w[0]: w[1] for w in steps.windows(with_open=True)}
+        return whole_run_trend(best, width, unsettled, self.thresholds, by_start)
 
     def _materiality(self, trend: Trend) -> float:
         """Growth over the tested window relative to the smallest worth reporting."""

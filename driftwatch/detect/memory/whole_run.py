@@ -6,11 +6,12 @@ docs/memory-start-and-end.md, "The end of a run" and "Steady growth to the end".
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import numpy as np
 
 from driftwatch.detect.memory.trends import RAPID_EVEN, Level, MemoryThresholds, Trend, pace_kept
-from driftwatch.detect.stats import mann_kendall, theil_sen
+from driftwatch.detect.stats import FloatArray, mann_kendall, theil_sen
 
 CONCLUDE_MIN_POINTS = 3
 """Window floors since start-up (the open one included) a run's end needs to state growth."""
@@ -48,9 +49,12 @@ def whole_run_trend(
     width: float,
     unsettled: bool,
     thresholds: MemoryThresholds,
+    steps: Mapping[float, float] | None = None,
 ) -> Trend | None:
     """Steady, material growth over ``best``, the windows of one scale since start-up, the
-    open one too, at a run's end (``ResourceDriftDetector.conclude``). ``unsettled``: the run
+    open one too, at a run's end (``ResourceDriftDetector.conclude``). ``steps``: the mean
+    training step of the same scale's windows, by their start, where the run gives a step
+    count: growth keeps its pace per second or per step (``_pace_kept``). ``unsettled``: the run
     ended within its start-up climb, and is judged on the newer half of its windows, for
     growth that adds ``CONCLUDE_UNSETTLED_SHARE`` there (a start-up's climb slows after its
     first jump; a leak does not). Growth too small for ``CONCLUDE_MIN_SHARE`` is stated when
@@ -60,6 +64,7 @@ def whole_run_trend(
         return None
     times = np.array([w[0] for w in best])
     floors = np.array([w[2] for w in best])
+    progress = _steps_of(best, steps or {})
     level = Level(best[-1][1], best[-1][0] + width / 2)
     if _lumpy(floors):
         return None
@@ -70,8 +75,8 @@ def whole_run_trend(
     if floors[-1] - floors[0] < max(least, min_share * floors[0]):
         if unsettled:
             return None
-        return _steady_to_end(times, floors, level, width, thresholds)
-    return _material_growth(times, floors, level, width)
+        return _steady_to_end(times, progress, floors, level, width, thresholds)
+    return _material_growth(times, progress, floors, level, width)
 
 
 def _growing_part(best: list[Window], unsettled: bool) -> list[Window]:
@@ -86,7 +91,27 @@ def _growing_part(best: list[Window], unsettled: bool) -> list[Window]:
     return best
 
 
-def _lumpy(floors: np.ndarray) -> bool:
+def _steps_of(best: list[Window], steps: Mapping[float, float]) -> FloatArray | None:
+    """The mean training step of each window of ``best``, where every one has a step count
+    and each is past the last (a count that restarts, or none, gives ``None``)."""
+    progress = np.array([steps.get(w[0], math.nan) for w in best])
+    if not np.all(np.diff(progress) > 0):  # False with any NaN
+        return None
+    return progress
+
+
+def _pace_kept(
+    times: FloatArray, progress: FloatArray | None, floors: FloatArray, share: float
+) -> bool:
+    """Whether the newer half of ``floors`` rises at ``share`` or more of the older half's
+    rate per second, or per training step: a leak of so much a step whose steps slowed
+    (a neighbour, a slow callback) grows slower per second but not per step."""
+    if pace_kept(times, floors, share):
+        return True
+    return progress is not None and pace_kept(progress, floors, share)
+
+
+def _lumpy(floors: FloatArray) -> bool:
     """Whether a single jump holds most of the rise of ``floors`` (of two rises, one more
     than ``RAPID_EVEN`` times the other; of more, one over ``CONCLUDE_JUMP_SHARE`` of it
     all): a jump is never growth."""
@@ -97,17 +122,22 @@ def _lumpy(floors: np.ndarray) -> bool:
 
 
 def _material_growth(
-    times: np.ndarray, floors: np.ndarray, level: Level, width: float
+    times: FloatArray,
+    progress: FloatArray | None,
+    floors: FloatArray,
+    level: Level,
+    width: float,
 ) -> Trend | None:
     """Growth large enough to state if it is steady (every floor higher than the last, or
     Mann-Kendall p under ``CONCLUDE_ALPHA`` from ``CONCLUDE_MK_POINTS`` windows) and keeps
-    ``CONCLUDE_PACE`` of its rate in its newer half (not a start-up's tail, a cache filling)."""
+    ``CONCLUDE_PACE`` of its rate in its newer half, per second or per step (not a
+    start-up's tail, a cache filling)."""
     test = mann_kendall(floors)
     if len(floors) < CONCLUDE_MK_POINTS and not np.all(np.diff(floors) > 0):
         return None
     if len(floors) >= CONCLUDE_MK_POINTS and not test.p < CONCLUDE_ALPHA:
         return None
-    if not pace_kept(times, floors, CONCLUDE_PACE):
+    if not _pace_kept(times, progress, floors, CONCLUDE_PACE):
         return None
     slope, _ = theil_sen(times, floors)
     return Trend(
@@ -116,18 +146,19 @@ def _material_growth(
 
 
 def _steady_to_end(
-    times: np.ndarray,
-    floors: np.ndarray,
+    times: FloatArray,
+    progress: FloatArray | None,
+    floors: FloatArray,
     level: Level,
     width: float,
     thresholds: MemoryThresholds,
 ) -> Trend | None:
     """Growth since start-up too small for the whole run's share that is steady to the end:
     from ``CONCLUDE_STEADY_POINTS`` windows, significant at ``thresholds.alpha``, its newer
-    half rising at ``CONCLUDE_STEADY_PACE`` of the older's rate or more (still growing at the
-    end about as fast as after start-up: a settling start slows), adding
-    ``CONCLUDE_STEADY_GROWTHS`` and ``CONCLUDE_STEADY_SHARE`` of the level it started from
-    (docs/memory-start-and-end.md, "Steady growth to the end")."""
+    half rising at ``CONCLUDE_STEADY_PACE`` of the older's rate or more, per second or per
+    step (still growing at the end about as fast as after start-up: a settling start
+    slows), adding ``CONCLUDE_STEADY_GROWTHS`` and ``CONCLUDE_STEADY_SHARE`` of the level it
+    started from (docs/memory-start-and-end.md, "Steady growth to the end")."""
     count = len(floors)
     grown = floors[-1] - floors[0]
     if count < CONCLUDE_STEADY_POINTS or grown < max(
@@ -135,7 +166,9 @@ def _steady_to_end(
     ):
         return None
     test = mann_kendall(floors)
-    if not test.p < thresholds.alpha or not pace_kept(times, floors, CONCLUDE_STEADY_PACE):
+    if not test.p < thresholds.alpha:
+        return None
+    if not _pace_kept(times, progress, floors, CONCLUDE_STEADY_PACE):
         return None
     slope, _ = theil_sen(times, floors)
     return Trend(width, slope, test.p, level.value, level.at, float(times[0]), count, math.inf)
