@@ -99,6 +99,23 @@ def test_a_job_killed_by_a_signal_exits_128_plus_n() -> None:
     assert result.returncode == 128 + signal.SIGKILL
 
 
+@pytest.mark.parametrize(
+    ("ending", "code", "said"),
+    [
+        ("sys.exit(3)", 3, "exited with status 3"),
+        ("os.abort()", 128 + signal.SIGABRT, "was killed by SIGABRT (signal 6)"),
+    ],
+)
+def test_the_summary_says_how_the_job_ended(ending: str, code: int, said: str) -> None:
+    # A worker that dies of a native abort mid-training prints nothing of its own: the
+    # summary is where its user learns the job did not simply finish.
+    job = f"import os, sys, time; time.sleep(1.5); {ending}"
+    result = run_cli("run", "--listen", "127.0.0.1:0", *python_job(job))
+    assert result.returncode == code
+    ended = re.search(rf"stopped: process \d+ {re.escape(said)}$", result.stdout, re.M)
+    assert ended, result.stdout
+
+
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_signals_reach_the_job(sig: signal.Signals, code: int) -> None:
     job = "import sys, time; print('ready', file=sys.stderr, flush=True); time.sleep(60)"

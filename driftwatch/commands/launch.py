@@ -112,3 +112,17 @@ def forwarding_signals(child: subprocess.Popen[bytes]) -> Iterator[list[int]]:
 def exit_code(returncode: int) -> int:
     """The job's exit status as a shell reports it (128 + N when killed by signal N)."""
     return 128 - returncode if returncode < 0 else returncode
+
+
+def how_it_ended(pid: int, returncode: int) -> str:
+    """How the job's process ended, from its ``returncode`` (negative: killed by that
+    signal), as the summary's reason: a native abort leaves no message of its own."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:  # a real-time signal has no name
+            return f"process {pid} was killed by signal {-returncode}"
+        return f"process {pid} was killed by {name} (signal {-returncode})"
+    if returncode:
+        return f"process {pid} exited with status {returncode}"
+    return f"process {pid} has exited"

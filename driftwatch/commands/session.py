@@ -33,6 +33,7 @@ from driftwatch.commands.launch import (
     child_environment,
     exit_code,
     forwarding_signals,
+    how_it_ended,
     launch,
 )
 from driftwatch.detect.catalog import default_engine
@@ -296,7 +297,7 @@ def watch_job(
         child.wait()
     # The job is gone: its channel has no reader left to serve.
     remove_channel(process_channel(child.pid, target.info.create_time, env, target.info.uid))
-    print_summary(watched, watched.ended or "stopped")
+    print_summary(watched, how_it_ended(child.pid, child.returncode))
     return exit_code(child.returncode)
 
 
