@@ -40,7 +40,7 @@ from driftwatch.channel.wire import CaptureStatus
 from driftwatch.errors import CaptureUnavailable, TargetAccessDenied
 from driftwatch.findings import Finding, Severity
 from driftwatch.history.reader import HistoryReader
-from driftwatch.hook.trace import TRACE_FIRST_STEP, TRACE_MAX_STEPS
+from driftwatch.hook.trace import MULTI_WORKER_REFUSAL, TRACE_FIRST_STEP, TRACE_MAX_STEPS
 from driftwatch.runtime.store import Store
 from driftwatch.sources.hook import HookSource
 from driftwatch.target.access import access_hint, privileges
@@ -330,6 +330,52 @@ for line in sys.stdin:  # each line: how many steps to run, then say the step re
     print(hook.global_step, flush=True)
 hook.close()
 """
+
+
+@pytest.mark.tf
+@pytest.mark.paired
+def test_a_worker_of_a_multi_worker_job_answers_a_trace_request_without_starting_the_profiler(
+    tmp_path: Path,
+) -> None:
+    # Stopping the profiler in a MultiWorkerMirroredStrategy worker aborted it natively
+    # (SIGSEGV or SIGABRT inside profiler.experimental.stop) in 4 of 18 healthy 2-worker
+    # runs: a worker refuses every trace, and says why.
+    cluster = {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}
+    tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 1}})
+    job = subprocess.Popen(
+        [sys.executable, "-c", HOOK_WITH_TENSORFLOW, str(tmp_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **TF_ENV, "PYTHONPATH": str(REPO), "TF_CONFIG": tf_config},
+    )
+    assert job.stdin is not None
+    assert job.stdout is not None
+    try:
+        job.stdin.write(f"{TRACE_FIRST_STEP}\n")
+        job.stdin.flush()
+        job.stdout.readline()
+        path = channel_path(tmp_path, job.pid, psutil.Process(job.pid).create_time())
+        source = HookSource(path)
+        write_request(path, TraceRequest(1, 5, "reference"))
+        job.stdin.write("20\n")
+        job.stdin.flush()
+        job.stdout.readline()
+        source.sample(time.time())
+        (answer,) = source.take_answers()
+        assert (answer.id, answer.status, answer.error) == (
+            1,
+            CaptureStatus.FAILED,
+            MULTI_WORKER_REFUSAL,
+        )
+        assert not (traces_dir(path) / "1").exists()
+        job.stdin.close()
+        assert job.wait(timeout=60) == 0
+        source.close()
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
 
 
 @pytest.mark.tf

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from driftwatch.channel.env import rank_from
+from driftwatch.channel.env import rank_from, tf_cluster_tasks
 from driftwatch.channel.paths import (
     ChannelError,
     channel_path,
@@ -539,3 +539,17 @@ def test_a_processs_rank_comes_from_its_own_setting_then_tf_config_then_its_laun
     environ: dict[str, str], rank: str
 ) -> None:
     assert rank_from(environ) == rank
+
+
+@pytest.mark.parametrize(
+    ("tf_config", "tasks"),
+    [
+        ('{"cluster": {"chief": ["a:1"], "worker": ["b:1", "c:1"]}, "task": {}}', 3),
+        ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0}}', 1),
+        ('{"task": {"type": "worker", "index": 0}}', 0),
+        ("not json", 0),
+        ("", 0),
+    ],
+)
+def test_the_tasks_of_a_tf_config_cluster_are_counted(tf_config: str, tasks: int) -> None:
+    assert tf_cluster_tasks({"TF_CONFIG": tf_config}) == tasks

@@ -44,6 +44,17 @@ def rank_from(environ: Mapping[str, str]) -> str:
     return next((environ[name].strip() for name in LAUNCHER_RANK_ENVS if name in environ), "")
 
 
+def tf_cluster_tasks(environ: Mapping[str, str]) -> int:
+    """How many tasks the cluster of the process's ``TF_CONFIG`` has (0: none, or not
+    JSON)."""
+    try:
+        text = environ.get(TF_CONFIG_ENV, "")
+        cluster = json.loads(text).get("cluster", {}) if text.strip() else {}
+        return sum(len(tasks) for tasks in cluster.values() if isinstance(tasks, list))
+    except (ValueError, AttributeError):
+        return 0
+
+
 def _tf_config_task(text: str) -> str:
     """``type:index`` of the task a ``TF_CONFIG`` names; ``""`` when it names none (or is
     not JSON: TensorFlow would refuse it, and the job says so itself)."""

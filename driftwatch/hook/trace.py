@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import sys
 import time
 from typing import Any
 
+from driftwatch.channel.env import tf_cluster_tasks
 from driftwatch.channel.paths import traces_dir
 from driftwatch.channel.requests import RequestWatch, TraceRequest
 from driftwatch.channel.ring import ChannelWriter
@@ -35,6 +37,11 @@ TRACE_MIN_GAP_SECONDS = 30.0
 sooner waits)."""
 TRACE_MAX_PER_PROCESS = 20
 """Traces one process takes at most, however often it is asked."""
+MULTI_WORKER_REFUSAL = (
+    "not taken in a process of a multi-worker TensorFlow job (TF_CONFIG names a cluster of "
+    "several tasks): stopping the profiler there can abort the worker"
+)
+"""The answer to every trace request in such a process (docs/capture.md)."""
 
 
 class ProfilerTraces:
@@ -49,6 +56,7 @@ class ProfilerTraces:
         self._active: tuple[TraceRequest, int, float] | None = None  # request, step, start
         self._last_start = -math.inf
         self._taken = 0
+        self._refusal = MULTI_WORKER_REFUSAL if tf_cluster_tasks(os.environ) > 1 else ""
 
     def at_probe(self, step: int, now: float, meta: dict[str, object], final: bool) -> int | None:
         """Stop a trace that is done (or every trace, when ``final``: fit ended, the job
@@ -70,6 +78,9 @@ class ProfilerTraces:
             self._waiting = request  # taken once warm-up is over, or the gap has passed
             return None
         self._waiting = None
+        if self._refusal:
+            self._answer(request, CaptureStatus.FAILED, 0, meta, self._refusal)
+            return None
         if self._taken >= TRACE_MAX_PER_PROCESS:
             self._answer(request, CaptureStatus.FAILED, 0, meta, "too many traces already")
             return None
