@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from typing import Any
 
 from driftwatch.target.process import default_run_name
 
@@ -47,22 +48,29 @@ def rank_from(environ: Mapping[str, str]) -> str:
 def tf_cluster_tasks(environ: Mapping[str, str]) -> int:
     """How many tasks the cluster of the process's ``TF_CONFIG`` has (0: none, or not
     JSON)."""
-    try:
-        text = environ.get(TF_CONFIG_ENV, "")
-        cluster = json.loads(text).get("cluster", {}) if text.strip() else {}
-        return sum(len(tasks) for tasks in cluster.values() if isinstance(tasks, list))
-    except (ValueError, AttributeError):
+    cluster = _tf_config(environ.get(TF_CONFIG_ENV, "")).get("cluster", {})
+    if not isinstance(cluster, dict):
         return 0
+    return sum(len(tasks) for tasks in cluster.values() if isinstance(tasks, list))
+
+
+def _tf_config(text: str) -> dict[str, Any]:
+    """A ``TF_CONFIG`` as JSON; ``{}`` when there is none or it is not a JSON object
+    (TensorFlow would refuse it, and the job says so itself)."""
+    try:
+        config = json.loads(text) if text.strip() else {}
+    except ValueError:
+        return {}
+    return config if isinstance(config, dict) else {}
 
 
 def _tf_config_task(text: str) -> str:
     """``type:index`` of the task a ``TF_CONFIG`` names; ``""`` when it names none (or is
     not JSON: TensorFlow would refuse it, and the job says so itself)."""
-    try:
-        task = json.loads(text).get("task", {}) if text.strip() else {}
-        kind, index = task.get("type"), task.get("index", 0)
-    except (ValueError, AttributeError):
+    task = _tf_config(text).get("task", {})
+    if not isinstance(task, dict):
         return ""
+    kind, index = task.get("type"), task.get("index", 0)
     return f"{kind}:{int(index)}" if isinstance(kind, str) and kind and _is_index(index) else ""
 
 
