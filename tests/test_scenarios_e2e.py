@@ -152,6 +152,20 @@ HOST_SLOWED = 1.3
 not run it steadily (its summary line's ``step_ms``)."""
 
 
+RUNS_ON_A_SLOWED_HOST = 3
+"""Runs of a healthy program, at most, until one whose own steps kept their pace."""
+
+
+def host_voided(findings: list[dict[str, Any]], slowed: float) -> bool:
+    """Whether a run's findings are all timed ones and the host slowed the program's own
+    steps by ``slowed`` (its last 5 s over its first) enough to void them."""
+    return (
+        bool(findings)
+        and all(f["kind"] not in UNTIMED_KINDS for f in findings)
+        and (slowed >= HOST_SLOWED)
+    )
+
+
 def own_slowdown(stdout: str) -> float:
     """The program's own mean step, last 5 s over first, from its summary line's
     ``step_ms=A->Bms`` (1.0 where it printed none)."""
@@ -166,18 +180,23 @@ def test_a_healthy_scenario_raises_no_warning_with_default_flags(
     # A healthy program does the same work every step, so a slowdown is told only where the
     # host ran it slower. Its premise is a steady host; a host that slowed the program's own
     # timing (a busy neighbour on the same physical core leaves no trace in this VM: a
-    # measured 1.9 -> 3.0 ms at 100 % CPU) voids that run's timed verdict, and it runs again,
-    # once, from the start: a slowdown told twice fails.
+    # measured 1.9 -> 3.0 ms at 100 % CPU) voids that run's timed verdict, and it runs again
+    # from the start. A slowdown told of a run whose own steps kept their pace fails; one told
+    # of every run the host slowed is what the program's own clock measured, true, and the
+    # test has no healthy run to judge.
     if verdict.filesystem_mib:  # a run of its own, on its filesystem
         run = run_scenario(verdict.program, tmp_path, filesystem_mib=verdict.filesystem_mib)
     else:  # the run other tests judge too
         run = healthy_scenario(verdict.program)
     findings = loud(judged(verdict, run))
-    if findings and all(f["kind"] not in UNTIMED_KINDS for f in findings):
-        slowed = own_slowdown(run.stdout)
-        if slowed >= HOST_SLOWED:
-            print(f"{verdict.name}: its own steps {slowed:.2f}x slower at the end: run again")
-            (tmp_path / "again").mkdir()
-            run = run_scenario(verdict.program, tmp_path / "again", None, verdict.filesystem_mib)
-            findings = loud(judged(verdict, run))
+    slowed = [own_slowdown(run.stdout)]
+    while host_voided(findings, slowed[-1]) and len(slowed) < RUNS_ON_A_SLOWED_HOST:
+        print(f"{verdict.name}: its own steps {slowed[-1]:.2f}x slower at the end: run again")
+        again = tmp_path / f"again{len(slowed)}"
+        again.mkdir()
+        run = run_scenario(verdict.program, again, None, verdict.filesystem_mib)
+        findings = loud(judged(verdict, run))
+        slowed.append(own_slowdown(run.stdout))
+    if host_voided(findings, slowed[-1]):
+        pytest.skip(f"the host slowed every run: own steps {slowed} times slower at the end")
     assert not findings, described(findings)
