@@ -18,6 +18,7 @@ from driftwatch.findings import Severity
 from driftwatch.series import SERIES, Sample
 from driftwatch.sources.job import JobSource
 from driftwatch.target.process import Target
+from tests.conftest import UNTIMED_KINDS
 from tests.test_custom_loop_hook import findings, history_series, run_under_driftwatch
 from tests.test_resource_exhaustion import leak, run
 
@@ -297,9 +298,12 @@ def test_pydataset_workers_keeping_every_batch_are_a_worker_memory_finding(
 @pytest.mark.paired
 def test_four_pydataset_workers_that_keep_nothing_raise_no_warning(tmp_path: Path) -> None:
     # Expected: 4 workers started once and flat: a level, never a leak; batches ready before
-    # the 10-20-ms steps ask for them: no input_bound warning either.
+    # the 10-20-ms steps ask for them: no input_bound warning either. Judged on the kinds
+    # that a test sharing the machine may judge (UNTIMED_KINDS): a neighbour slows the steps.
     stdout, db = run_under_driftwatch(PYDATASET_JOB, tmp_path, "flat", "25", "4")
     series = history_series(db)
     assert max(b.max for b in series["job_processes"]) >= 5, stdout
-    warned = [f for f in findings(tmp_path) if f["severity"] != "info"]
+    warned = [
+        f for f in findings(tmp_path) if f["severity"] != "info" and f["kind"] in UNTIMED_KINDS
+    ]
     assert not warned, warned
