@@ -115,6 +115,41 @@ def test_a_probe_sends_the_share_of_step_time_spent_waiting_for_input(tmp_path: 
     assert gaps == pytest.approx([0.5 - first, 0.8, 0.5 - waits[0], 0.8 - waits[1]])
 
 
+def test_a_wait_timed_in_the_step_is_sent_as_its_share_of_the_step_time_since_the_last_probe(
+    tmp_path: Path,
+) -> None:
+    # Expected (a rank's collectives, read from their in-graph totals): watched from step 1,
+    # nothing is sent until the probe 2 steps on starts the window; then each probe sends
+    # the seconds added since over the step time closed since: 0.3 s of 2 s, then 0.9 of 1.
+    hook = Hook(channel_dir=str(tmp_path), probe_every_steps=10**9, probe_every_seconds=1e9)
+    waited = [0.0]
+    hook.step_started(0.0)
+    hook.watch_wait("collective_wait_share", lambda: waited[0])
+    hook.watch_wait("collective_wait_share", lambda: -1.0)  # watched already: unchanged
+    hook.probe()  # the window has not started: nothing read, nothing sent
+    for start in (1.0, 2.0):
+        hook.step_ended(start - 0.5)
+        waited[0] += 0.1
+        hook.step_started(start)
+    hook.probe()  # step 3: the window starts, at 0.2 s waited and 2 s of periods
+    for start in (3.0, 4.0):
+        hook.step_ended(start - 0.5)
+        waited[0] += 0.15
+        hook.step_started(start)
+    hook.probe()
+    hook.step_ended(4.5)
+    waited[0] += 0.9
+    hook.step_started(5.0)
+    hook.probe()
+    hook.probe()  # no period closed since: nothing sent
+    path = channel_path(tmp_path, os.getpid(), psutil.Process().create_time())
+    source = HookSource(path)
+    samples = source.sample(10.0)
+    source.close()
+    shares = [s.value for s in samples if s.series == "collective_wait_share"]
+    assert shares == pytest.approx([0.3 / 2.0, 0.9 / 1.0])
+
+
 def test_a_sampled_fetch_stands_for_the_steps_since_the_last_but_not_for_more_than_they_took() -> (
     None
 ):

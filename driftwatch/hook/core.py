@@ -125,6 +125,10 @@ class Hook:
         self.input_waits = [0.0] * INPUT_WAITS_KEPT  # the newest batches' waits, a ring
         self._input_mark = (0.0, 0, 0.0)  # input_wait_seconds, input_batches, periods: last sent
         self._input_start_step = -1  # the step from which a probe starts the first window
+        # Other waits timed in the step (a rank's collectives), by series: a reader of their
+        # seconds so far, and (seconds, periods) at the previous probe, or the step from
+        # which a probe takes the first of those (an int: the window has not started).
+        self._waits: dict[str, tuple[Callable[[], float], tuple[float, float] | int]] = {}
         self._idle_since = math.nan
         self._next_probe_step = probe_every_steps
         self._next_probe_time = self._perf0 + probe_every_seconds
@@ -256,6 +260,7 @@ class Hook:
                 log.info("driftwatch: probe check %r failed, not run again: %r", check, err)
                 self._probe_checks.remove(check)
         self._send_input_wait()
+        self._send_waits()
         if self._probes is None:
             return
         try:
@@ -330,6 +335,41 @@ class Hook:
                 ("input_wait_batch_seconds", (), statistics.median(recent)),
             ]
         )
+
+    def watch_wait(self, series: str, waited: Callable[[], float]) -> None:
+        """Send ``series`` at each probe: the share of step time since the previous probe by
+        which ``waited()`` (seconds waited so far, e.g. at a rank's collectives) grew. As
+        for input wait, a probe ``INPUT_START_STEPS`` on starts the first window and one
+        ``FIRST_INPUT_READING_STEPS`` after that sends the first reading. A series watched
+        already is left as it is."""
+        if series not in self._waits:
+            start = self.global_step + INPUT_START_STEPS
+            self._waits[series] = (waited, start)
+            self._next_probe_step = min(self._next_probe_step, start)
+
+    def _send_waits(self) -> None:
+        """Each watched wait's share of the periods closed since the previous probe; a wait
+        that cannot be read is dropped, once, with a log line."""
+        periods = self._periods_seconds
+        readings: list[Reading] = []
+        for series, (waited, mark) in list(self._waits.items()):
+            if isinstance(mark, int) and self.global_step < mark:
+                continue
+            try:
+                seconds = waited()
+            except Exception as err:  # noqa: BLE001 - a probe must never disturb training
+                log.info("driftwatch: %s not measured any more: %r", series, err)
+                del self._waits[series]
+                continue
+            if isinstance(mark, int):  # the first window starts
+                first = self.global_step + FIRST_INPUT_READING_STEPS
+                self._next_probe_step = min(self._next_probe_step, first)
+            elif periods > mark[1]:
+                share = (seconds - mark[0]) / (periods - mark[1])
+                readings.append((series, (), min(1.0, max(0.0, share))))
+            self._waits[series] = (waited, (seconds, periods))
+        if readings:
+            self._send(readings)
 
     def _wall(self) -> float:
         return self._wall0 + (time.perf_counter() - self._perf0)

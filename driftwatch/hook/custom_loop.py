@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from driftwatch.hook import collective
 from driftwatch.hook.core import Hook, shared_hook, user_hook_exists
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,7 @@ class TrainStepRecognizer:
         "step",
         "step_python",
         "traces",
+        "waits",
     )
 
     def __init__(self, hook: Hook | None = None) -> None:
@@ -94,6 +96,7 @@ class TrainStepRecognizer:
         self.hook = hook
         self.traces: StepTraces | None = None
         self.disabled = False  # the job instruments its own loop with a Hook
+        self.waits: dict[str, Callable[[], float]] = {}  # timed in traced steps, by series
 
     def called(self, function: Any, start: float, outputs: Any) -> None:
         """``function``, which trains, was called at ``start`` and returned ``outputs``."""
@@ -105,6 +108,13 @@ class TrainStepRecognizer:
         self.others = 0
         self.last_outputs = outputs
         hook.step_ended(time.perf_counter())
+
+    def watch_wait(self, series: str, waited: Callable[[], float]) -> None:
+        """A wait timed inside traced train steps (``waited()``: its seconds so far): the
+        hook sends its share of step time at each probe, once there is a hook."""
+        self.waits.setdefault(series, waited)
+        if self.hook is not None:
+            self.hook.watch_wait(series, waited)
 
     def _adopt(self, function: Any) -> bool:
         """Whether ``function`` is (now) the train step; adopts it if so. A failure here
@@ -130,6 +140,8 @@ class TrainStepRecognizer:
                 self.hook = hook = shared_hook()
             self.traces = StepTraces(function)
             hook.watch_function(self.traces)
+            for series, waited in self.waits.items():
+                hook.watch_wait(series, waited)
             hook.check_at_probe(self.check_outputs)
             hook.probe()  # the step's tracing count so far is its normal first traces
             atexit.register(self._at_exit)
@@ -323,9 +335,10 @@ def patch_iterator_next(iterator_class: Any, state: TrainStepRecognizer) -> None
 
 def install(tf: Any) -> None:
     """Patch the ``tensorflow`` module ``tf`` so its custom loops' train steps are timed, and
-    the time they wait for ``tf.data`` batches."""
+    the time they wait for ``tf.data`` batches and, in a multi-worker job, for the other ranks."""
     patch_function_call(type(tf.function(_nothing)), _recognizer)
     patch_gradient(tf.GradientTape, _recognizer)
+    collective.install(tf, _recognizer)
     try:
         from tensorflow.python.data.ops import iterator_ops
     except ImportError as err:  # a TensorFlow that moved it: steps are still timed

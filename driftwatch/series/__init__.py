@@ -118,6 +118,7 @@ WATCHED: dict[str, Watched] = {
     ),
     "step_gap_seconds": Watched(view="outside the step", also=("step_seconds",)),
     "input_wait_share": Watched(view="waiting for input"),
+    "collective_wait_share": Watched(view="waiting for other ranks"),
     "tf_allocator_current_bytes": Watched(
         view="TF memory {device}",
         panel="Memory: TF {device}",

@@ -51,6 +51,12 @@ TRAINING: dict[str, SeriesSpec] = {
         "Median wait for one batch from tf.data over the newest batches (at most 128) since "
         "the hook's previous probe (custom loops).",
     ),
+    "collective_wait_share": SeriesSpec(
+        "driftwatch_collective_wait_ratio",
+        "Share of step time this rank of a multi-worker job spent in its collectives (the "
+        "strategy's all-reduces) waiting for the other ranks, over the hook's steps since its "
+        "previous probe (custom loops); the rank the others wait for waits least.",
+    ),
     "epoch_seconds": SeriesSpec(
         "driftwatch_epoch_duration_seconds", "Wall-clock duration of the latest epoch."
     ),

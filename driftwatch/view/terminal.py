@@ -204,9 +204,14 @@ def _gap_rows(r: _Reader, label: str) -> list[Row]:
     return [(label, f"{human_seconds(gap)}/step ({gap / step_seconds:.0%})")]
 
 
-def _input_wait_rows(r: _Reader, label: str) -> list[Row]:
-    share = r.value("input_wait_share")
-    return [(label, f"{share:.0%} of each step")] if math.isfinite(share) else []
+def _share_rows(series: str) -> Callable[[_Reader, str], list[Row]]:
+    """The rows of a share of step time (waiting for input, for the other ranks)."""
+
+    def rows(r: _Reader, label: str) -> list[Row]:
+        share = r.value(series)
+        return [(label, f"{share:.0%} of each step")] if math.isfinite(share) else []
+
+    return rows
 
 
 def _tf_memory_rows(r: _Reader, label: str) -> list[Row]:
@@ -274,7 +279,8 @@ _VIEW_ROWS: dict[str, Callable[[_Reader, str], list[Row]]] = {
     "event_file_bytes": _event_file_rows,
     "step_seconds": _step_rows,
     "step_gap_seconds": _gap_rows,
-    "input_wait_share": _input_wait_rows,
+    "input_wait_share": _share_rows("input_wait_share"),
+    "collective_wait_share": _share_rows("collective_wait_share"),
     "tf_allocator_current_bytes": _tf_memory_rows,
     "tracing_count": _tracing_rows,
     "nonfinite_total": _nonfinite_rows,
