@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -41,17 +42,22 @@ class StepState(Protocol):
 
 
 class CollectiveTimings:
-    """The seconds spent in each timed collective and how many ran, in one variable each."""
+    """The seconds spent in each timed collective and how many ran, in one variable each,
+    kept while the ``tf.function`` it was traced in lives (a loop that makes its step anew
+    every iteration traces new collectives every iteration)."""
 
     def __init__(self, tf: Any) -> None:
         self._tf = tf
-        self._totals: list[Any] = []  # float64 [seconds, runs], one per collective traced
+        # The function each collective was traced in, and its float64 [seconds, runs].
+        self._totals: list[tuple[weakref.ref[Any], Any]] = []
+        self._retired = 0.0  # seconds of the collectives of functions gone
 
-    def timed(self, run: Callable[[], Any], ready: Any) -> Any:
-        """``run()`` (building one collective, in a graph being traced) between two
-        timestamps, the first after ``ready`` (its input); adds their interval to a total."""
+    def timed(self, run: Callable[[], Any], ready: Any, function: Any) -> Any:
+        """``run()`` (building one collective, in a graph of ``function`` being traced)
+        between two timestamps, the first after ``ready`` (its input); adds their interval
+        to a total."""
         tf = self._tf
-        total = self._new_total()
+        total = self._new_total(function)
         with tf.control_dependencies([ready]):
             start = tf.timestamp()
         with tf.control_dependencies([start]):
@@ -63,10 +69,24 @@ class CollectiveTimings:
         return outputs
 
     def seconds(self) -> float:
-        """Seconds spent in every timed collective so far (read from host memory)."""
-        return float(sum(float(total.numpy()[0]) for total in self._totals))
+        """Seconds spent in every timed collective so far (read from host memory); the
+        totals of functions gone are kept as one number and let go."""
+        seconds, live = self._retired, []
+        for function, total in self._totals:
+            spent = float(total.numpy()[0])
+            seconds += spent
+            if function() is None:
+                self._retired += spent
+            else:
+                live.append((function, total))
+        self._totals = live
+        return seconds
 
-    def _new_total(self) -> Any:
+    def collectives(self) -> int:
+        """Collectives timed in functions that live."""
+        return len(self._totals)
+
+    def _new_total(self, function: Any) -> Any:
         """A host variable of its own for one collective, made outside the graph being
         traced and outside the strategy's variable creator (a local, not a mirrored one)."""
         from tensorflow.python.ops import resource_variable_ops
@@ -76,7 +96,7 @@ class CollectiveTimings:
             total = resource_variable_ops.ResourceVariable(
                 tf.zeros([2], tf.float64), trainable=False, name="driftwatch_collective_wait"
             )
-        self._totals.append(total)
+        self._totals.append((weakref.ref(function), total))
         return total
 
 
@@ -94,7 +114,8 @@ def patch_all_reduce(launcher_class: Any, state: StepState, tf: Any) -> None:
         if running is None or not running._driftwatch_trains or tf.executing_eagerly():
             return original(self, input_tensor, *args, **kwargs)
         state.watch_wait(COLLECTIVE_WAIT_SERIES, timings.seconds)
-        return timings.timed(lambda: original(self, input_tensor, *args, **kwargs), input_tensor)
+        reduce = functools.partial(original, self, input_tensor, *args, **kwargs)
+        return timings.timed(reduce, input_tensor, running)
 
     setattr(all_reduce, _PATCHED, True)
     launcher_class.all_reduce = all_reduce
