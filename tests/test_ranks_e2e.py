@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import time
@@ -81,7 +80,7 @@ def said(tmp_path: Path) -> str:
 
 
 def waits(db: Path) -> tuple[RunRecord, float]:
-    """The run a worker's history holds, and its median collective wait share."""
+    """The run a worker's history holds, and the mean of its collective wait readings."""
     reader = HistoryReader(db)
     try:
         run = reader.run(None)
@@ -89,9 +88,10 @@ def waits(db: Path) -> tuple[RunRecord, float]:
     finally:
         reader.close()
     finest = min((b.width for b in buckets), default=0.0)
-    shares = [b.mean for b in buckets if b.width == finest and b.mean == b.mean]
-    assert len(shares) >= 2, f"{len(shares)} collective wait readings in {db}"
-    return run, statistics.median(shares)
+    kept = [b for b in buckets if b.width == finest and b.mean == b.mean]
+    readings = sum(b.count for b in kept)
+    assert readings >= 2, f"{readings} collective wait readings in {db}"
+    return run, sum(b.mean * b.count for b in kept) / readings
 
 
 @pytest.mark.tf
