@@ -79,19 +79,19 @@ def said(tmp_path: Path) -> str:
     return "\n".join(log.read_text()[-2500:] for log in sorted(tmp_path.glob("worker*.txt")))
 
 
-def waits(db: Path) -> tuple[RunRecord, float]:
-    """The run a worker's history holds, and the mean of its collective wait readings."""
+def readings(db: Path, series: str = "collective_wait_share") -> tuple[RunRecord, float]:
+    """The run a worker's history holds, and the mean of its readings of ``series``."""
     reader = HistoryReader(db)
     try:
         run = reader.run(None)
-        buckets = reader.series(run.id).get(("collective_wait_share", ()), [])
+        buckets = reader.series(run.id).get((series, ()), [])
     finally:
         reader.close()
     finest = min((b.width for b in buckets), default=0.0)
     kept = [b for b in buckets if b.width == finest and b.mean == b.mean]
-    readings = sum(b.count for b in kept)
-    assert readings >= 2, f"{readings} collective wait readings in {db}"
-    return run, sum(b.mean * b.count for b in kept) / readings
+    count = sum(b.count for b in kept)
+    assert count >= 2, f"{count} readings of {series} in {db}"
+    return run, sum(b.mean * b.count for b in kept) / count
 
 
 @pytest.mark.tf
@@ -101,14 +101,18 @@ def test_the_rank_whose_input_is_slow_waits_least_at_the_collective(tmp_path: Pa
     # healthy; both step at rank 1's pace. Rank 0 waits most of each step in the all-reduce
     # for rank 1, rank 1 hardly waits: their collective wait shares differ by far more than
     # DriftwatchStraggler's 0.2, and both ranks are the run "straggle", worker:0 and worker:1.
+    # Rank 1 waits for its input most of each step, rank 0 hardly.
     slow = {"MW_SLEEP_MS": "3"}
     dbs = run_job(tmp_path, "straggle", [{"MW_SECONDS": "12"}, {"MW_SECONDS": "12", **slow}])
-    (run0, waiting), (run1, straggler) = waits(dbs[0]), waits(dbs[1])
+    (run0, waiting), (run1, straggler) = readings(dbs[0]), readings(dbs[1])
     assert (run0.name, run0.meta.get("rank")) == ("straggle", "worker:0")
     assert (run1.name, run1.meta.get("rank")) == ("straggle", "worker:1")
     assert waiting > 0.5, said(tmp_path)
     assert straggler < 0.2, said(tmp_path)
     assert waiting - straggler > STRAGGLER_BAR
+    # The cause, in the straggler's own signals: the batch it fetches inside its step.
+    assert readings(dbs[1], "input_wait_share")[1] > 0.5, said(tmp_path)
+    assert readings(dbs[0], "input_wait_share")[1] < 0.1, said(tmp_path)
 
 
 @pytest.mark.tf
@@ -117,5 +121,5 @@ def test_the_ranks_of_a_healthy_job_wait_alike_at_the_collective(tmp_path: Path)
     # Expected: two healthy workers wait alike at their all-reduces (on loopback most of an
     # 8-ms step is the transfer, for both): their shares differ by less than the bar.
     dbs = run_job(tmp_path, "healthy", [{"MW_SECONDS": "12"}, {"MW_SECONDS": "12"}])
-    (_, first), (_, second) = waits(dbs[0]), waits(dbs[1])
+    (_, first), (_, second) = readings(dbs[0]), readings(dbs[1])
     assert abs(first - second) < STRAGGLER_BAR, said(tmp_path)

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from driftwatch.hook import collective
+from driftwatch.hook import multiworker
 from driftwatch.hook.core import Hook, shared_hook, user_hook_exists
 
 log = logging.getLogger(__name__)
@@ -74,6 +74,7 @@ class TrainStepRecognizer:
     __slots__ = (
         "busy",
         "disabled",
+        "fetches",
         "hook",
         "last_outputs",
         "others",
@@ -97,6 +98,7 @@ class TrainStepRecognizer:
         self.traces: StepTraces | None = None
         self.disabled = False  # the job instruments its own loop with a Hook
         self.waits: dict[str, Callable[[], float]] = {}  # timed in traced steps, by series
+        self.fetches: multiworker.InputFetches | None = None  # batches fetched in the graph
 
     def called(self, function: Any, start: float, outputs: Any) -> None:
         """``function``, which trains, was called at ``start`` and returned ``outputs``."""
@@ -115,6 +117,20 @@ class TrainStepRecognizer:
         self.waits.setdefault(series, waited)
         if self.hook is not None:
             self.hook.watch_wait(series, waited)
+
+    def watch_input(self, fetched: Callable[[], tuple[float, int]]) -> None:
+        """Batches fetched inside traced train steps (``fetched()``: their wait and count
+        so far): each probe adds those since the previous one to the hook's input wait,
+        once there is a hook."""
+        if self.fetches is None:
+            self.fetches = multiworker.InputFetches(fetched)
+            if self.hook is not None:
+                self._time_fetches(self.hook)
+
+    def _time_fetches(self, hook: Hook) -> None:
+        assert self.fetches is not None
+        hook.expect_input_wait()
+        hook.check_at_probe(self.fetches.add_to)
 
     def _adopt(self, function: Any) -> bool:
         """Whether ``function`` is (now) the train step; adopts it if so. A failure here
@@ -142,6 +158,8 @@ class TrainStepRecognizer:
             hook.watch_function(self.traces)
             for series, waited in self.waits.items():
                 hook.watch_wait(series, waited)
+            if self.fetches is not None:
+                self._time_fetches(hook)
             hook.check_at_probe(self.check_outputs)
             hook.probe()  # the step's tracing count so far is its normal first traces
             atexit.register(self._at_exit)
@@ -338,7 +356,7 @@ def install(tf: Any) -> None:
     the time they wait for ``tf.data`` batches and, in a multi-worker job, for the other ranks."""
     patch_function_call(type(tf.function(_nothing)), _recognizer)
     patch_gradient(tf.GradientTape, _recognizer)
-    collective.install(tf, _recognizer)
+    multiworker.install(tf, _recognizer)
     try:
         from tensorflow.python.data.ops import iterator_ops
     except ImportError as err:  # a TensorFlow that moved it: steps are still timed
