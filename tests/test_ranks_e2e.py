@@ -70,7 +70,7 @@ def run_job(tmp_path: Path, run: str, worker_env: list[dict[str, str]]) -> list[
                 os.killpg(job.pid, signal.SIGKILL)
                 job.wait()
     codes = [job.returncode for job in jobs]
-    assert codes == [0] * len(jobs), said(tmp_path)
+    assert codes == [0] * len(jobs), f"exit codes {codes}: {said(tmp_path)}"
     return dbs
 
 
