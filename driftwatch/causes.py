@@ -57,6 +57,18 @@ CAUSES: dict[str, CauseSpec] = {
         "a larger share of each step waits for the input pipeline",
         "prefetch, map with num_parallel_calls=tf.data.AUTOTUNE, cache, read faster storage",
     ),
+    "collective_wait": CauseSpec(
+        "Waiting for the other ranks",
+        "a larger share of each step waits in the collectives (all-reduce) for the other "
+        "ranks of the job, or for the network between them",
+        "find the rank the others wait for (the lowest driftwatch_collective_wait_ratio of the "
+        "run; its own findings name its cause); if every rank waits alike, the network",
+    ),
+    "process_stopped": CauseSpec(
+        "Process stopped",
+        "the process was stopped (SIGSTOP, SIGTSTP or a tracer) and ran nothing",
+        "resume it (kill -CONT PID) or find what stopped it (a shell's Ctrl-Z, a debugger)",
+    ),
     "host_time": CauseSpec(
         "Callbacks and host work between steps",
         "a larger share of each step is spent outside the train step",

@@ -78,6 +78,7 @@ KINDS: dict[str, KindSpec] = {
     ),
     "nonfinite": KindSpec("Non-finite values", Severity.CRITICAL, "driftwatchnonfinite"),
     "stalled": KindSpec("No training steps", Severity.WARNING, "driftwatchstalled"),
+    "straggling_rank": KindSpec("Straggling rank", Severity.WARNING, "driftwatchstragglingrank"),
     "input_bound": KindSpec("Waiting for input", Severity.INFO, "driftwatchinputbound"),
     "low_gpu_utilization": KindSpec(
         "Low GPU utilization", Severity.WARNING, "driftwatchlowgpuutilization"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -159,6 +160,23 @@ def test_captures_over_the_total_cap_drop_the_least_recent_other_runs(tmp_path: 
     assert not runs[0].exists()
     assert runs[1].exists()
     assert runs[2].exists()
+
+
+def test_a_stopped_process_has_its_stacks_dumped_as_it_is(
+    python_child: subprocess.Popen[bytes],
+) -> None:
+    # py-spy's default stops the target while it reads it, and fails on one stopped already
+    # ("Failed to get stack traces"): a rank stopped with SIGSTOP is read as it stands.
+    python_child.send_signal(signal.SIGSTOP)
+    try:
+        deadline = time.monotonic() + 10
+        while psutil.Process(python_child.pid).status() != psutil.STATUS_STOPPED:
+            assert time.monotonic() < deadline, "SIGSTOP did not stop the child"
+            time.sleep(0.01)
+        assert "waiting_for_the_dump" in dump_stacks(python_child.pid)
+        assert psutil.Process(python_child.pid).status() == psutil.STATUS_STOPPED
+    finally:
+        python_child.send_signal(signal.SIGCONT)
 
 
 def test_missing_py_spy_is_one_clear_message_and_monitoring_goes_on(

@@ -202,6 +202,14 @@ def test_a_rate_before_an_onset_older_than_the_fine_buckets_is_still_measured() 
     assert final.causes[0].numbers["cpu_pressure_share_before"] == pytest.approx(0.1)
 
 
+def stalled_at_200_s(ranker: CauseRanker) -> Finding:
+    """A run's stall since its last step at 200 s, as judged at 400 s, its causes ranked."""
+    evidence: dict[str, float | str] = {"seconds_since_last_step": 200.0}
+    stalled = Finding("stalled", Severity.WARNING, 200.0, "no training step.", evidence)
+    [found] = ranker.annotate([stalled], 400.0)
+    return found
+
+
 def test_a_stalled_run_is_judged_since_its_last_step() -> None:
     # Expected: the job stops stepping at 200 s while its RSS sits at 97 % of its limit:
     # memory near its limit, (0.97 - 0.85) / 0.05 = 2.4.
@@ -211,11 +219,48 @@ def test_a_stalled_run_is_judged_since_its_last_step() -> None:
         rss = 0.5 if t < 200 else 0.97
         samples += [Sample("rss_bytes", rss * 8e9, float(t)), Sample("memory_limit_bytes", 8e9, t)]
     feed(ranker, samples)
-    evidence: dict[str, float | str] = {"seconds_since_last_step": 200.0}
-    stalled = Finding("stalled", Severity.WARNING, 200.0, "no training step.", evidence)
-    [found] = ranker.annotate([stalled], 400.0)
+    found = stalled_at_200_s(ranker)
     assert [c.cause for c in found.causes] == ["memory_near_limit"]
     assert found.causes[0].score == pytest.approx(2.4, rel=0.02)
+
+
+def ranked_ranks(
+    input_share: tuple[float, float], collective_share: tuple[float, float]
+) -> list[str]:
+    """The causes of an abrupt slowdown at 120 s of a rank of a multi-worker job whose step
+    rose from 9 to 115 ms, its input-wait and collective-wait shares before and after."""
+    ranker = CauseRanker()
+    samples = []
+    for t in range(240):
+        side = int(t >= 120)
+        samples += [
+            Sample("step_seconds", (0.009, 0.115)[side], float(t)),
+            Sample("input_wait_share", input_share[side], float(t)),
+            Sample("collective_wait_share", collective_share[side], float(t)),
+        ]
+    feed(ranker, samples)
+    [found] = ranker.annotate([slowdown(120.0)], 240.0)
+    return [c.cause for c in found.causes]
+
+
+def test_a_rank_waiting_for_a_straggler_names_the_other_ranks_and_the_straggler_its_input() -> None:
+    # Expected, as a real 2-worker job measured them (rank 1's map slowed): the rank that
+    # waits for the other waits 65 % -> 97 % of its steps at the all-reduce, 6 -> 111 ms a
+    # step, all of the step's rise: waiting for the other ranks. The straggler's collective
+    # wait stays about 6 ms (65 % -> 6 %) while its input wait makes up the rise.
+    assert ranked_ranks((0.01, 0.01), (0.65, 0.97)) == ["collective_wait"]
+    assert ranked_ranks((0.01, 0.86), (0.65, 0.06)) == ["input_wait"]
+
+
+def test_a_stopped_process_is_the_cause_of_its_stall() -> None:
+    # Expected: steps until 200 s, the process stopped from 205 s: stopped 195 of the 200 s
+    # since its last step, (195 / 200) / 0.25 = 3.9.
+    ranker = CauseRanker()
+    feed(ranker, [Sample("process_stopped", float(t >= 205), float(t)) for t in range(400)])
+    found = stalled_at_200_s(ranker)
+    assert [c.cause for c in found.causes] == ["process_stopped"]
+    assert found.causes[0].score == pytest.approx(3.9, rel=0.02)
+    assert "kill -CONT PID" in found.message
 
 
 def test_causes_travel_in_the_findings_json_and_name_only_known_causes() -> None:

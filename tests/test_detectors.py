@@ -460,6 +460,27 @@ def test_a_long_validation_is_no_stall_but_a_longer_silence_is() -> None:
     assert silent_for(300) == ["stalled"]
 
 
+def test_a_process_stopped_for_ten_seconds_is_stalled_however_seldom_it_logs_steps() -> None:
+    """Steps logged every 30 s (a stall only after 300 s of silence); the process stopped 5 s
+    after its last step: no stall 14 s later (stopped 9 s), a stall that says it is stopped
+    16 s later; resumed, the silence alone is judged again."""
+    samples = [Sample("step_timestamp", T0 + 30 * i, T0 + 30 * i) for i in range(20)]
+    last = T0 + 30 * 19
+    samples += [Sample("process_stopped", 0.0, last + 1), Sample("process_stopped", 1.0, last + 5)]
+
+    def at(seconds: float, *more: Sample) -> Evaluation:
+        clock = Sample("train_step", 1.0, last + seconds)  # not the detector's: only moves time
+        return feed(StallDetector(), [*samples, *more, clock])
+
+    assert at(14).findings == ()
+    (finding,) = at(16).findings
+    assert finding.kind == "stalled"
+    assert finding.evidence["stopped_seconds"] == pytest.approx(11.0)
+    assert "stopped for 11 s" in finding.message
+    assert "kill -CONT" in finding.message
+    assert at(60, Sample("process_stopped", 0.0, last + 20)).findings == ()
+
+
 def test_gpu_memory_uses_the_gpus_total_as_limit() -> None:
     detector = ResourceDriftDetector(RESOURCES["gpu_memory"])
     gpu = (("gpu", "0"),)

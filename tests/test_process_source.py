@@ -3,6 +3,7 @@ from __future__ import annotations
 import math
 import os
 import resource
+import signal
 import subprocess
 import sys
 import time
@@ -104,6 +105,29 @@ def test_process_source_raises_target_gone_after_exit(sleeper: subprocess.Popen[
     sleeper.wait()
     with pytest.raises(TargetGone):
         source.sample(1.0)
+
+
+def test_a_process_reads_as_stopped_from_sigstop_until_sigcont(
+    sleeper: subprocess.Popen[bytes],
+) -> None:
+    source = ProcessSource(Target.attach(sleeper.pid))
+
+    def stopped() -> float:
+        return next(s.value for s in source.sample(0.0) if s.series == "process_stopped")
+
+    assert stopped() == 0.0
+    sleeper.send_signal(signal.SIGSTOP)
+    deadline = time.monotonic() + 10
+    while psutil.Process(sleeper.pid).status() != psutil.STATUS_STOPPED:
+        assert time.monotonic() < deadline, "SIGSTOP did not stop the child"
+        time.sleep(0.01)
+    assert stopped() == 1.0
+    sleeper.send_signal(signal.SIGCONT)
+    deadline = time.monotonic() + 10
+    while psutil.Process(sleeper.pid).status() == psutil.STATUS_STOPPED:
+        assert time.monotonic() < deadline, "SIGCONT did not resume the child"
+        time.sleep(0.01)
+    assert stopped() == 0.0
 
 
 BUSY = """

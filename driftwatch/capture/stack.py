@@ -15,6 +15,7 @@ from pathlib import Path
 
 from driftwatch.errors import CaptureUnavailable, TargetGone
 from driftwatch.target.access import denied
+from driftwatch.target.process import is_stopped
 
 STACK_TIMEOUT_SECONDS = 30.0
 """A py-spy dump that takes longer is killed (it pauses the target while it reads it)."""
@@ -35,7 +36,8 @@ def find_py_spy() -> str | None:
 
 
 def dump_stacks(pid: int, binary: str | None = None) -> str:
-    """py-spy's dump of every Python thread of process ``pid``.
+    """py-spy's dump of every Python thread of process ``pid``: it stops the process while it
+    reads it, and reads a process already stopped (SIGSTOP, a tracer) as it is.
 
     ``CaptureUnavailable`` when py-spy is missing or fails, ``TargetAccessDenied`` (saying,
     as ``attach`` does, what to change) when it may not read the process, ``TargetGone`` when
@@ -44,9 +46,12 @@ def dump_stacks(pid: int, binary: str | None = None) -> str:
     binary = binary or find_py_spy()
     if binary is None:
         raise CaptureUnavailable(f"no stack dump: py-spy is not installed ({INSTALL_HINT})")
+    command = [binary, "dump", "--pid", str(pid)]
+    if is_stopped(pid):  # py-spy cannot stop it again, and it holds still as it is
+        command.append("--nonblocking")
     try:
         done = subprocess.run(
-            [binary, "dump", "--pid", str(pid)],
+            command,
             capture_output=True,
             text=True,
             errors="replace",

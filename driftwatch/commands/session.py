@@ -43,6 +43,7 @@ from driftwatch.export.prometheus import metrics_app
 from driftwatch.findings import Finding
 from driftwatch.history.writer import DEFAULT_RETENTION, History
 from driftwatch.runtime.monitor import Monitor, watch
+from driftwatch.runtime.ranks import with_board
 from driftwatch.runtime.snapshot import Sink, Snapshot
 from driftwatch.sources import Source, default_sources
 from driftwatch.target.process import Target, TargetInfo
@@ -163,6 +164,7 @@ class Session:
         evidence is captured beside it at drift."""
         history = self.history
         capturer = None if history is None else capturer_for(history.path, target, sources)
+        sources = with_board(sources, rank)
         return Monitor(
             run,
             target,

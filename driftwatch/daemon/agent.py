@@ -48,6 +48,7 @@ from driftwatch.errors import TargetError, TargetGone, UsageError
 from driftwatch.findings import Finding
 from driftwatch.history.writer import History
 from driftwatch.runtime.monitor import Cadence, Monitor, Pacer
+from driftwatch.runtime.ranks import with_board
 from driftwatch.runtime.snapshot import Snapshot
 from driftwatch.sources import default_sources
 from driftwatch.sources.host import NodePressure
@@ -173,6 +174,7 @@ class Daemon:
             rank = self._rank_of(target) if found.rank is None else found.rank
             name = self._unique_name(run or self._default_name(target), rank, target.pid)
             sources = default_sources(target, rule.logdirs if rule else (), channel, self._pressure)
+            sources = with_board(sources, rank)
         except TargetGone:
             return
         except TargetError as err:

@@ -91,13 +91,17 @@ MAX_NAMES_SAID = 5
 
 VALIDATION_ALLOWANCE = 2.0
 """Times the longest of the last 8 validations that a pause may last and be one more."""
+STOPPED_SECONDS = 10.0
+"""Seconds a process stays stopped, with no step since, from which it is stalled."""
 
 
 class StallDetector:
-    """No new training step for much longer than steps usually take to be logged."""
+    """No new training step for much longer than steps usually take to be logged; or the
+    process stopped (SIGSTOP, a tracer) for ``STOPPED_SECONDS``: it runs nothing, so no
+    step can come however long steps usually take."""
 
     name = "stalled"
-    series = frozenset({"step_timestamp", "validation_seconds"})
+    series = frozenset({"step_timestamp", "validation_seconds", "process_stopped"})
 
     def __init__(self, min_seconds: float = 120.0, factor: float = 10.0, window: int = 64):
         self.min_seconds = min_seconds
@@ -105,12 +109,18 @@ class StallDetector:
         self._stamps: deque[float] = deque(maxlen=window)
         self._validations: deque[float] = deque(maxlen=8)
         self._typical: float | None = None  # the median gap of ``_stamps``, until one comes
+        self._stopped_since = math.nan  # when the process was first seen stopped, this time
 
     def observe(self, sample: Sample) -> None:
         if not math.isfinite(sample.value):
             return
         if sample.series == "validation_seconds":
             self._validations.append(sample.value)
+        elif sample.series == "process_stopped":
+            if not sample.value:
+                self._stopped_since = math.nan
+            elif math.isnan(self._stopped_since):
+                self._stopped_since = sample.t
         elif not self._stamps or sample.value > self._stamps[-1]:
             self._stamps.append(sample.value)
             self._typical = None
@@ -127,19 +137,33 @@ class StallDetector:
         limit = max(self.min_seconds, self.factor * typical, validation)
         last = self._stamps[-1]
         silent_for = now - last
-        score = max(0.0, silent_for / limit)
-        if silent_for <= limit:
+        stopped_for = now - max(self._stopped_since, last)  # NaN: running
+        score = max(silent_for / limit, stopped_for / STOPPED_SECONDS if stopped_for > 0 else 0)
+        if silent_for <= limit and not stopped_for >= STOPPED_SECONDS:
             return Evaluation(score)
+        evidence = {"seconds_since_last_step": silent_for, "usual_log_interval": typical}
+        if stopped_for >= 0:
+            evidence["stopped_seconds"] = stopped_for
+            why = (
+                f"the process has been stopped for {stopped_for:.0f} s (SIGSTOP, SIGTSTP or "
+                "a tracer): it runs nothing, and the other ranks of a multi-worker job wait "
+                "for it at their collectives. Resume it (kill -CONT PID) or find what "
+                "stopped it."
+            )
+        else:
+            why = (
+                "The job may be hung (input pipeline, deadlock, a collective waiting for "
+                "another rank) or stuck in a long checkpoint or validation: look at its "
+                "stacks with py-spy dump."
+            )
         finding = Finding(
             kind="stalled",
             severity=KINDS["stalled"].severity,
             since=last,
             message=(
                 f"no training step for {silent_for:.0f} s (since {clock(last)}; steps are "
-                f"usually logged every {typical:.1f} s). The job may be hung (input pipeline, "
-                "deadlock, a collective waiting for another rank) or stuck in a long "
-                "checkpoint or validation: look at its stacks with py-spy dump."
+                f"usually logged every {typical:.1f} s). {why[0].upper()}{why[1:]}"
             ),
-            evidence={"seconds_since_last_step": silent_for, "usual_log_interval": typical},
+            evidence=evidence,
         )
         return Evaluation(score, (finding,))

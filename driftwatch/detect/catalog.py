@@ -15,6 +15,7 @@ from driftwatch.detect.memory.host import HostMemoryDetector
 from driftwatch.detect.memory.resources import RESOURCES
 from driftwatch.detect.memory.workers import WorkerMemoryDetector
 from driftwatch.detect.periodic_stalls import PeriodicStallDetector
+from driftwatch.detect.ranks import StragglerDetector
 from driftwatch.detect.slow_callbacks import SlowCallbackDetector
 from driftwatch.detect.slowdown.live import SlowdownDetector
 
@@ -47,6 +48,7 @@ def default_detectors() -> list[Detector]:
         NonFiniteDetector(),
         StallDetector(),
         InputBoundDetector(),
+        StragglerDetector(),
         LowGpuUtilizationDetector(),
     ]
 

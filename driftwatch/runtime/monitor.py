@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from driftwatch.detect import Engine
 from driftwatch.detect.goodput import GoodputAccount
@@ -83,6 +83,17 @@ class EvidenceAnnotator(Protocol):
         ...
 
 
+@runtime_checkable
+class Posting(Protocol):
+    """A source that also posts what its run measured, for other monitors to read (the
+    other ranks of a distributed job: ``driftwatch.runtime.ranks``)."""
+
+    name: str
+
+    def post(self, snapshot: Snapshot) -> None:
+        """After each tick: post from ``snapshot``; never raises."""
+
+
 def check_interval(interval: float, what: str = "--interval") -> float:
     """``interval`` if it is a usable sampling interval in seconds, else ``UsageError``."""
     if not math.isfinite(interval) or not MIN_INTERVAL <= interval <= MAX_INTERVAL:
@@ -123,6 +134,7 @@ class Monitor:
         self.target = target
         self.store = store if store is not None else Store()
         self._sources = list(sources)
+        self._posters = [s for s in self._sources if isinstance(s, Posting)]
         self._label_sets = LabelSetLimit()
         self._down: dict[str, str] = {}
         self._statuses = self._source_statuses()
@@ -244,6 +256,9 @@ class Monitor:
         )
         for sink in self._sinks:
             sink.publish(self.snapshot)
+        for poster in self._posters:
+            if poster.name not in self._down:
+                poster.post(self.snapshot)
 
     def _source_statuses(self) -> tuple[SourceStatus, ...]:
         """Each source's status, for the snapshots until one is disabled."""

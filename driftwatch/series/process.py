@@ -18,6 +18,11 @@ PROCESS: dict[str, SeriesSpec] = {
         "Memory the target may use: its cgroup's limit, else the host's total memory.",
     ),
     "threads": SeriesSpec("driftwatch_process_threads", "Threads in the target."),
+    "process_stopped": SeriesSpec(
+        "driftwatch_process_stopped",
+        "1 while the target is stopped (SIGSTOP, SIGTSTP or a tracer: state T or t in "
+        "/proc/PID/stat), else 0: it runs nothing.",
+    ),
     "open_fds": SeriesSpec("driftwatch_process_open_fds", "Open file descriptors of the target."),
     "fd_limit": SeriesSpec(
         "driftwatch_process_max_fds",

@@ -57,6 +57,13 @@ TRAINING: dict[str, SeriesSpec] = {
         "strategy's all-reduces) waiting for the other ranks, over the hook's steps since its "
         "previous probe (custom loops); the rank the others wait for waits least.",
     ),
+    "peer_collective_wait_share": SeriesSpec(
+        "driftwatch_peer_collective_wait_ratio",
+        "The newest collective wait share (driftwatch_collective_wait_ratio) of another rank "
+        "of this run on this node (label peer), as its monitor posted it: what this rank is "
+        "compared with.",
+        label_names=("peer",),
+    ),
     "epoch_seconds": SeriesSpec(
         "driftwatch_epoch_duration_seconds", "Wall-clock duration of the latest epoch."
     ),

@@ -95,6 +95,7 @@ class ProcessSource:
             "rss_bytes": stat.rss_bytes,  # replaced by status's VmRSS (always there since 2.6)
             "cpu_seconds": stat.cpu_seconds,
             "threads": stat.threads,
+            "process_stopped": stat.stopped,
             "open_fds": fds,
             "read_bytes": read_bytes,
             "write_bytes": write_bytes,

@@ -82,6 +82,8 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 """Units of the times in ``/proc/PID/stat``, per second."""
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 """Bytes in a memory page (the unit of ``/proc/PID/statm``)."""
+STOPPED_STATES = (b"T", b"t")
+"""States of ``/proc/PID/stat`` of a stopped process: by a signal, by a tracer."""
 PROC_READ_BYTES = 16384
 """Bytes asked for in one read of a small ``/proc`` file (``status``, the largest read each
 tick, holds about 1.5 KB; ``stat`` at most 52 numbers and a 64-byte name)."""
@@ -108,6 +110,17 @@ class ProcStat:
     """Resident set size (NaN when not read), from ``statm`` as psutil's
     ``memory_info().rss`` (``stat``'s own field may leave out anonymous pages not yet summed
     from per-CPU counters)."""
+    stopped: bool = False
+    """Stopped (state ``T``: SIGSTOP, SIGTSTP; ``t``: held by a tracer): it runs nothing."""
+
+
+def is_stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped now (``STOPPED_STATES``); False if it cannot be read."""
+    try:
+        stat = read_proc_file(f"/proc/{pid}/stat")
+    except OSError:
+        return False
+    return stat[stat.rindex(b")") + 2 :][:1] in STOPPED_STATES
 
 
 def exited(pid: int) -> TargetGone:
@@ -264,13 +277,14 @@ class Target:
         if fields[0] == b"Z":
             raise TargetZombie(self.pid, f"process {self.pid} has exited")
         cpu_seconds = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        stopped = fields[0] in STOPPED_STATES
         if not rss:
-            return ProcStat(cpu_seconds, int(fields[17]), math.nan)
+            return ProcStat(cpu_seconds, int(fields[17]), math.nan, stopped)
         try:
             resident = int(read_proc_file(self._statm_path).split(maxsplit=2)[1])
         except (FileNotFoundError, ProcessLookupError) as err:
             raise exited(self.pid) from err
-        return ProcStat(cpu_seconds, int(fields[17]), resident * PAGE_BYTES)
+        return ProcStat(cpu_seconds, int(fields[17]), resident * PAGE_BYTES, stopped)
 
     def environ(self) -> dict[str, str]:
         """The process's environment (needs the same access as its open files)."""

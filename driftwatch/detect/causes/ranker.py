@@ -26,7 +26,9 @@ from driftwatch.detect.stats import FloatArray
 from driftwatch.findings import JUDGED_AT_END, WHOLE_RUN, Finding
 from driftwatch.series import Labels, Sample
 
-RANKED_KINDS = frozenset({"gradual_slowdown", "abrupt_slowdown", "periodic_stall", "stalled"})
+RANKED_KINDS = frozenset(
+    {"gradual_slowdown", "abrupt_slowdown", "periodic_stall", "stalled", "straggling_rank"}
+)
 """The kinds of finding that carry ranked causes."""
 FINE_SECONDS = 1.0
 """Width of the fine buckets, in seconds: stalls and short runs are judged on them."""
@@ -74,6 +76,8 @@ LEVELS = frozenset(
         "step_seconds",
         "step_gap_seconds",
         "input_wait_share",
+        "collective_wait_share",
+        "process_stopped",
         "rss_bytes",
         "memory_limit_bytes",
         "tf_allocator_current_bytes",

@@ -37,6 +37,10 @@ scores 1 (all of it: 2)."""
 STEP_RISE_FLOOR = 0.05
 """Least rise of the mean step, as a share of what it was, whose parts are scored (half the
 least slowdown reported)."""
+COLLECTIVE_WAIT_STEP = 0.05
+"""Rise in the share of step time waiting at the collectives that scores 1 (as for input)."""
+STOPPED_STEP = 0.25
+"""Share of a stall's time the process was stopped that scores 1."""
 HOST_SHARE_STEP = 0.10
 """Rise in the share of step time spent outside the train step that scores 1."""
 TRACES_STEP = 0.01
@@ -144,6 +148,19 @@ def _input_wait(signals: Signals) -> tuple[float, float]:
     return signals.mean("input_wait_share")
 
 
+def _wait(signals: Signals, series: str, share_step: float) -> tuple[float, dict[str, float]]:
+    """The score of a wait inside the step (its share of step time: ``series``) that rose by
+    ``share_step`` or made up much of the step's rise (share x mean step), and its numbers: a
+    share near 1 can hardly rise, nor one whose step grows with its wait."""
+    share = signals.mean(series)
+    step = signals.mean("step_seconds")
+    wait = (share[0] * step[0], share[1] * step[1])
+    score = max(_positive(_rise(share)) / share_step, _made_up(wait, step) / INPUT_EXPLAINS_STEP)
+    prefix = series.removesuffix("_share")
+    numbers = {f"{prefix}_share": share, "wait_per_step_seconds": wait, "step_seconds": step}
+    return score, _numbers(**numbers)
+
+
 def _made_up(part: tuple[float, float], whole: tuple[float, float]) -> float:
     """How much of ``whole``'s rise ``part``'s rise makes up, at most all of it (0 where
     ``whole`` rose less than ``STEP_RISE_FLOOR`` of what it was, or there is no data)."""
@@ -154,17 +171,23 @@ def _made_up(part: tuple[float, float], whole: tuple[float, float]) -> float:
 
 
 def input_wait(signals: Signals) -> Iterator[RankedCause]:
-    """More of each step waiting for the input pipeline (the hook's input-wait share), or a
-    wait per step (share x mean step) that rose by much of what the step rose: a share near
-    1 can hardly rise, nor one whose step grows with its wait."""
-    share = _input_wait(signals)
-    step = signals.mean("step_seconds")
-    wait = (share[0] * step[0], share[1] * step[1])
-    score = max(
-        _positive(_rise(share)) / INPUT_WAIT_STEP, _made_up(wait, step) / INPUT_EXPLAINS_STEP
+    """More of each step waiting for the input pipeline (the hook's input-wait share)."""
+    yield RankedCause("input_wait", *_wait(signals, "input_wait_share", INPUT_WAIT_STEP))
+
+
+def collective_wait(signals: Signals) -> Iterator[RankedCause]:
+    """More of each step waiting at the collectives for the other ranks (a multi-worker
+    job's ``collective_wait_share``): the step of a rank that waits for a straggler."""
+    yield RankedCause(
+        "collective_wait", *_wait(signals, "collective_wait_share", COLLECTIVE_WAIT_STEP)
     )
-    numbers = _numbers(input_wait_share=share, wait_per_step_seconds=wait, step_seconds=step)
-    yield RankedCause("input_wait", score, numbers)
+
+
+def stopped(signals: Signals) -> Iterator[RankedCause]:
+    """The process stopped for much of the time (state T: SIGSTOP, a tracer)."""
+    share = signals.mean("process_stopped")
+    score = _positive(share[1]) / STOPPED_STEP
+    yield RankedCause("process_stopped", score, _numbers(stopped_share=share))
 
 
 def host_time(signals: Signals) -> Iterator[RankedCause]:
@@ -248,6 +271,8 @@ SCORERS: tuple[Scorer, ...] = (
     gpu_clocks,
     host_cpu,
     input_wait,
+    collective_wait,
+    stopped,
     host_time,
     retracing,
     memory,

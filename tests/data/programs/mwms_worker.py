@@ -5,8 +5,8 @@ The tests start 2 of these (under ``driftwatch run`` each), with ``TF_CONFIG`` n
 
 - ``MW_SECONDS``: train about this long (default 20). Every 50 steps the workers agree to stop
   with an all-reduce, so all of them run the same number of steps (a collective job must).
-- ``MW_SLEEP_MS``: per-sample sleep in this worker's input ``map`` (a slow input pipeline; 3 ms
-  on a 32-sample batch is ~100 ms a step). Default 0.
+- ``MW_SLEEP_MS``: per-sample sleep in this worker's input ``map`` (a slow input pipeline; 1 ms
+  on a 32-sample batch is ~35 ms a step). Default 0.
 - ``MW_BATCH`` (per worker, default 32), ``MW_WIDTH`` (hidden units, default 64; 1024 with a
   batch of 128 makes compute, not the loopback collective, a large part of the step, for the
   CPU-contention case).
@@ -40,15 +40,16 @@ t_strategy = time.time()
 def make_dataset(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
     x = tf.random.stateless_uniform((4096, 32), seed=(1, ctx.input_pipeline_id))
     y = tf.reduce_sum(x, axis=1, keepdims=True)
-    ds = tf.data.Dataset.from_tensor_slices((x, y)).repeat()
-    if SLEEP > 0:
+    batch = ctx.get_per_replica_batch_size(BATCH * ctx.num_input_pipelines)
+    ds = tf.data.Dataset.from_tensor_slices((x, y))
+    if SLEEP <= 0:  # batches made once: the step never waits for them
+        return ds.batch(batch, drop_remainder=True).cache().repeat().prefetch(2)
 
-        def slow(a: tf.Tensor, b: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-            tf.py_function(lambda: time.sleep(SLEEP), [], [])
-            return a, b
+    def slow(a: tf.Tensor, b: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        tf.py_function(lambda: time.sleep(SLEEP), [], [])
+        return a, b
 
-        ds = ds.map(slow)
-    return ds.batch(ctx.get_per_replica_batch_size(BATCH * ctx.num_input_pipelines)).prefetch(2)
+    return ds.repeat().map(slow).batch(batch).prefetch(2)
 
 
 with strategy.scope():
