@@ -16,7 +16,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,14 +53,9 @@ class Rank:
 
 def free_ports(count: int) -> list[int]:
     """Ports free on loopback now (a worker binds its own a moment later)."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
+    with ExitStack() as stack:
+        bound = [stack.enter_context(socket.create_server(("127.0.0.1", 0))) for _ in range(count)]
+        return [sock.getsockname()[1] for sock in bound]
 
 
 def start_job(
