@@ -137,18 +137,20 @@ class StallDetector:
         limit = max(self.min_seconds, self.factor * typical, validation)
         last = self._stamps[-1]
         silent_for = now - last
-        stopped_for = now - max(self._stopped_since, last)  # NaN: running
-        score = max(silent_for / limit, stopped_for / STOPPED_SECONDS if stopped_for > 0 else 0)
+        stopped = self._stopped_since
+        stopped_for = math.nan if math.isnan(stopped) else now - max(stopped, last)
+        score = max(0.0, silent_for / limit)
+        if math.isfinite(stopped_for):
+            score = max(score, stopped_for / STOPPED_SECONDS)
         if silent_for <= limit and not stopped_for >= STOPPED_SECONDS:
             return Evaluation(score)
         evidence = {"seconds_since_last_step": silent_for, "usual_log_interval": typical}
-        if stopped_for >= 0:
+        if math.isfinite(stopped_for):
             evidence["stopped_seconds"] = stopped_for
             why = (
-                f"the process has been stopped for {stopped_for:.0f} s (SIGSTOP, SIGTSTP or "
-                "a tracer): it runs nothing, and the other ranks of a multi-worker job wait "
-                "for it at their collectives. Resume it (kill -CONT PID) or find what "
-                "stopped it."
+                f"The process has been stopped for {stopped_for:.0f} s (SIGSTOP, SIGTSTP or a "
+                "tracer): it runs nothing (in a multi-worker job the other ranks wait for it "
+                "at their collectives). Resume it (kill -CONT PID) or find what stopped it."
             )
         else:
             why = (
@@ -162,7 +164,7 @@ class StallDetector:
             since=last,
             message=(
                 f"no training step for {silent_for:.0f} s (since {clock(last)}; steps are "
-                f"usually logged every {typical:.1f} s). {why[0].upper()}{why[1:]}"
+                f"usually logged every {typical:.1f} s). {why}"
             ),
             evidence=evidence,
         )
