@@ -17,6 +17,7 @@ import logging
 import math
 import os
 from collections.abc import Sequence
+from contextlib import suppress
 from pathlib import Path
 from urllib.parse import quote, unquote
 
@@ -110,9 +111,11 @@ class RankBoard:
         return samples
 
     def close(self) -> None:
-        """Take this rank's post away: it has ended."""
+        """Take this rank's post away: it has ended (a post that cannot be removed goes
+        stale)."""
         if self._mine is not None:
-            self._mine.unlink(missing_ok=True)
+            with suppress(OSError):
+                self._mine.unlink(missing_ok=True)
 
 
 def with_board(sources: Sequence[Source], rank: str) -> list[Source]:
