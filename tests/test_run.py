@@ -9,11 +9,14 @@ import signal
 import subprocess
 import sys
 import urllib.request
+from contextlib import suppress
 from pathlib import Path
 
+import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from driftwatch.capture.stack import dump_stacks
 from driftwatch.channel.paths import list_channels
 from driftwatch.history.reader import HistoryReader
 from tests.conftest import EXAMPLES, TF_ENV, promtool_check_metrics, run_cli, wait_for
@@ -51,6 +54,20 @@ def as_from_a_terminal() -> None:
     script) must not make the job ignore the SIGINT driftwatch forwards to it."""
     for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
+
+
+def stop(process: subprocess.Popen[str]) -> str:
+    """Kill driftwatch and its job (the job holds driftwatch's pipes open: killed alone,
+    driftwatch's output never ends); what py-spy read of the job's stacks first."""
+    stacks = []
+    for child in psutil.Process(process.pid).children(recursive=True):
+        with suppress(Exception):
+            stacks.append(dump_stacks(child.pid))
+        with suppress(psutil.NoSuchProcess):
+            child.kill()
+    process.kill()
+    process.communicate()
+    return "\n".join(stacks)
 
 
 def metrics_url(process: subprocess.Popen[str], read: list[str] | None = None) -> str:
@@ -351,11 +368,13 @@ def test_run_injects_the_hook_into_an_unmodified_keras_script(
         assert checked.returncode == 0, checked.stdout + checked.stderr
         assert len(list_channels(runtime)) == 1
         process.send_signal(signal.SIGINT)  # Ctrl-C: reaches the job, which stops
-        out, err = process.communicate(timeout=60)
+        try:
+            out, err = process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the job did not stop on SIGINT within 60 s; its stacks:\n{stop(process)}")
     finally:
         if process.poll() is None:
-            process.kill()
-            process.communicate()
+            stop(process)
     assert process.returncode == 130, err
     assert "KeyboardInterrupt" in err
     assert re.search(r"outside the step: [\d.]+ .s/step", out)
